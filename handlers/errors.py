@@ -1,0 +1,70 @@
+"""The one place errors become responses: `{"error": {"code", "message"}}`, nothing more.
+
+App `exception_handlers` apply to HTTP only; the WebSocket loop maps errors itself.
+"""
+
+import logging
+from typing import Any
+
+from litestar import Request, Response
+from litestar.exceptions import HTTPException, ValidationException
+from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
+
+from pheby.errors import PhebyError
+
+log = logging.getLogger("pheby.http")
+
+# Litestar's own HTTP errors, by status, as spec codes.
+_HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "too_large",
+    415: "unsupported_media_type",
+    422: "invalid",
+    429: "rate_limited",
+}
+
+
+def error_response(status: int, code: str, message: str) -> Response[dict[str, dict[str, str]]]:
+    return Response({"error": {"code": code, "message": message}}, status_code=status)
+
+
+def pheby_error_handler(_: Request[Any, Any, Any], exc: PhebyError) -> Response[dict[str, dict[str, str]]]:
+    return error_response(exc.status_code, exc.code, exc.message)
+
+
+def http_error_handler(_: Request[Any, Any, Any], exc: HTTPException) -> Response[dict[str, dict[str, str]]]:
+    status = exc.status_code
+    if status >= 500:
+        return error_response(status, "internal_error", "Internal error")
+    if isinstance(exc, ValidationException):
+        # Litestar's detail names the failing field ("Expected `str`, got `int` - at `$.username`").
+        message = "Invalid request body" if not exc.extra else f"Invalid request: {_first_error(exc.extra)}"
+        return error_response(400, "bad_request", message)
+    message = exc.detail if status != 404 else "Not found"
+    return error_response(status, _HTTP_CODES.get(status, "error"), message)
+
+
+def internal_error_handler(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, dict[str, str]]]:
+    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return error_response(HTTP_500_INTERNAL_SERVER_ERROR, "internal_error", "Internal error")
+
+
+def _first_error(extra: object) -> str:
+    if isinstance(extra, list) and extra and isinstance(extra[0], dict):
+        first = extra[0]
+        key = first.get("key")
+        text = str(first.get("message", "invalid value"))
+        return f"{key}: {text}" if key else text
+    return "invalid value"
+
+
+EXCEPTION_HANDLERS = {
+    PhebyError: pheby_error_handler,
+    HTTPException: http_error_handler,
+    Exception: internal_error_handler,
+}

@@ -1,0 +1,15 @@
+"""`hello` — only valid as the first frame; the endpoint authenticates it (see `endpoint.py`)."""
+
+from handlers.ws.context import WsContext
+from handlers.ws.messages import ClientMessage
+from pheby.errors import BadRequest
+
+
+class Hello(ClientMessage, frozen=True, tag="hello"):
+    secret: str
+    protocol_version: int
+
+
+async def handle(ctx: WsContext, msg: Hello) -> None:
+    del ctx, msg
+    raise BadRequest("Already authenticated")

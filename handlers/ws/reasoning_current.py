@@ -1,0 +1,28 @@
+"""`reasoning.current` → `reasoning.snapshot` (the global effort; `none` means thinking is off)."""
+
+from msgspec import UNSET
+
+from handlers.ws.context import WsContext, rid
+from handlers.ws.messages import ClientMessage
+from pheby.events import ReasoningSnapshot
+from pheby.models import REASONING_EFFORTS
+
+
+class ReasoningCurrent(ClientMessage, frozen=True, tag="reasoning.current"):
+    conversation_id: str | None = None
+
+
+async def handle(ctx: WsContext, msg: ReasoningCurrent) -> None:
+    if msg.conversation_id is not None:
+        await ctx.services.conversations.get(ctx.account.id, msg.conversation_id)
+    effort = await ctx.services.models.effort(ctx.account)
+    ctx.reply(
+        ReasoningSnapshot(
+            request_id=rid(msg.request_id),
+            effort=effort,
+            enabled=effort != "none",
+            scope="global",
+            supported_efforts=REASONING_EFFORTS,
+            conversation_id=msg.conversation_id if msg.conversation_id is not None else UNSET,
+        )
+    )

@@ -1,0 +1,210 @@
+"""Accounts, passwords and tokens: all the SQL of the accounts domain.
+
+Passwords are scrypt hashes (hashlib); tokens are random strings of which only a SHA-256
+digest is stored. The owner account is the one `PHEBY_SECRET` authenticates as.
+"""
+
+import hashlib
+import hmac
+import secrets
+import sqlite3
+import time
+import uuid
+from base64 import b64decode, b64encode
+from collections.abc import Callable
+from typing import Literal
+
+import anyio
+import msgspec
+
+from pheby.db import Database
+from pheby.errors import BadRequest, Conflict, NotFound
+
+TokenKind = Literal["session", "api"]
+OWNER_NAME = "owner"
+_SCRYPT_N, _SCRYPT_R, _SCRYPT_P = 2**14, 8, 1
+_NAME_MAX = 64
+
+
+class HermesAccountSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """Per-account Hermes connection; falls back to the server's when a field is empty."""
+
+    url: str | None = None
+    api_key: str | None = None
+    home: str | None = None
+    dashboard_url: str | None = None
+    dashboard_token: str | None = None
+
+
+class Account(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    name: str
+    is_owner: bool
+    disabled: bool
+    created_at: float
+    hermes: HermesAccountSettings
+
+
+class IssuedToken(msgspec.Struct, frozen=True):
+    token: str
+    token_id: str
+    expires_at: float | None
+
+
+class ResolvedToken(msgspec.Struct, frozen=True):
+    account: Account
+    token_id: str
+    kind: TokenKind
+
+
+def hash_password(password: str) -> str:
+    salt = secrets.token_bytes(16)
+    digest = hashlib.scrypt(password.encode(), salt=salt, n=_SCRYPT_N, r=_SCRYPT_R, p=_SCRYPT_P, dklen=32)
+    return f"scrypt${_SCRYPT_N}${_SCRYPT_R}${_SCRYPT_P}${b64encode(salt).decode()}${b64encode(digest).decode()}"
+
+
+def check_password(password: str, encoded: str | None) -> bool:
+    """Constant-time check; a missing hash still costs one scrypt so timing reveals nothing."""
+    if not encoded:
+        hash_password(password)
+        return False
+    _, n, r, p, salt, digest = encoded.split("$")
+    candidate = hashlib.scrypt(password.encode(), salt=b64decode(salt), n=int(n), r=int(r), p=int(p), dklen=32)
+    return hmac.compare_digest(candidate, b64decode(digest))
+
+
+def token_digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _row_to_account(row: sqlite3.Row) -> Account:
+    return Account(
+        id=row["id"],
+        name=row["name"],
+        is_owner=bool(row["is_owner"]),
+        disabled=bool(row["disabled"]),
+        created_at=row["created_at"],
+        hermes=HermesAccountSettings(
+            url=row["hermes_url"],
+            api_key=row["hermes_api_key"],
+            home=row["hermes_home"],
+            dashboard_url=row["hermes_dashboard_url"],
+            dashboard_token=row["hermes_dashboard_token"],
+        ),
+    )
+
+
+class Accounts:
+    """The accounts service. `clock` is injectable so expiry can be tested."""
+
+    def __init__(self, db: Database, clock: Callable[[], float] = time.time) -> None:
+        self._db = db
+        self._clock = clock
+
+    async def ensure_owner(self) -> Account:
+        """Return the owner account, creating it on first start."""
+        now = self._clock()
+
+        def q(conn: sqlite3.Connection) -> sqlite3.Row:
+            conn.execute(
+                "INSERT INTO accounts (id, name, is_owner, created_at) VALUES (?, ?, 1, ?) ON CONFLICT DO NOTHING",
+                (uuid.uuid4().hex, OWNER_NAME, now),
+            )
+            row: sqlite3.Row = conn.execute("SELECT * FROM accounts WHERE is_owner = 1").fetchone()
+            return row
+
+        return _row_to_account(await self._db.transaction(q))
+
+    async def create(self, name: str, password: str | None = None) -> Account:
+        name = name.strip()
+        if not name or len(name) > _NAME_MAX or any(c.isspace() or not c.isprintable() for c in name):
+            raise BadRequest(f"Account names are 1-{_NAME_MAX} printable characters without spaces")
+        encoded = await anyio.to_thread.run_sync(hash_password, password) if password else None
+        account_id, now = uuid.uuid4().hex, self._clock()
+
+        def q(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT INTO accounts (id, name, password_hash, created_at) VALUES (?, ?, ?, ?)",
+                (account_id, name, encoded, now),
+            )
+
+        try:
+            await self._db.run(q)
+        except sqlite3.IntegrityError:
+            raise Conflict(f"Account {name!r} already exists") from None
+        return await self.get(account_id)
+
+    async def get(self, account_id: str) -> Account:
+        row = await self._db.run(lambda c: c.execute("SELECT * FROM accounts WHERE id = ?", (account_id,)).fetchone())
+        if row is None:
+            raise NotFound("Account not found")
+        return _row_to_account(row)
+
+    async def get_by_name(self, name: str) -> Account:
+        row = await self._db.run(lambda c: c.execute("SELECT * FROM accounts WHERE name = ?", (name,)).fetchone())
+        if row is None:
+            raise NotFound("Account not found")
+        return _row_to_account(row)
+
+    async def set_disabled(self, name: str, disabled: bool = True) -> Account:
+        account = await self.get_by_name(name)
+        await self._db.run(
+            lambda c: c.execute("UPDATE accounts SET disabled = ? WHERE id = ?", (int(disabled), account.id))
+        )
+        return await self.get(account.id)
+
+    async def set_hermes(self, name: str, hermes: HermesAccountSettings) -> None:
+        account = await self.get_by_name(name)
+        await self._db.run(
+            lambda c: c.execute(
+                "UPDATE accounts SET hermes_url = ?, hermes_api_key = ?, hermes_home = ?, "
+                "hermes_dashboard_url = ?, hermes_dashboard_token = ? WHERE id = ?",
+                (hermes.url, hermes.api_key, hermes.home, hermes.dashboard_url, hermes.dashboard_token, account.id),
+            )
+        )
+
+    async def verify_password(self, name: str, password: str) -> Account | None:
+        """The enabled account whose password this is, else None (same cost either way)."""
+        row = await self._db.run(lambda c: c.execute("SELECT * FROM accounts WHERE name = ?", (name,)).fetchone())
+        encoded = row["password_hash"] if row is not None else None
+        ok = await anyio.to_thread.run_sync(check_password, password, encoded)
+        if not ok or row is None or row["disabled"]:
+            return None
+        return _row_to_account(row)
+
+    async def issue_token(self, account_id: str, kind: TokenKind, ttl_seconds: float | None) -> IssuedToken:
+        token = "phb_" + secrets.token_urlsafe(32)
+        token_id, now = uuid.uuid4().hex, self._clock()
+        expires_at = now + ttl_seconds if ttl_seconds is not None else None
+        await self._db.run(
+            lambda c: c.execute(
+                "INSERT INTO auth_tokens (id, account_id, token_sha256, kind, created_at, expires_at) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (token_id, account_id, token_digest(token), kind, now, expires_at),
+            )
+        )
+        return IssuedToken(token=token, token_id=token_id, expires_at=expires_at)
+
+    async def resolve_token(self, token: str) -> ResolvedToken | None:
+        """The live token's account: not revoked, not expired, account not disabled."""
+        now = self._clock()
+        row = await self._db.run(
+            lambda c: c.execute(
+                "SELECT a.*, t.id AS token_id, t.kind AS token_kind FROM auth_tokens t "
+                "JOIN accounts a ON a.id = t.account_id "
+                "WHERE t.token_sha256 = ? AND t.revoked_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > ?) "
+                "AND a.disabled = 0",
+                (token_digest(token), now),
+            ).fetchone()
+        )
+        if row is None:
+            return None
+        return ResolvedToken(account=_row_to_account(row), token_id=row["token_id"], kind=row["token_kind"])
+
+    async def revoke_token(self, token_id: str) -> None:
+        now = self._clock()
+        await self._db.run(
+            lambda c: c.execute(
+                "UPDATE auth_tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", (now, token_id)
+            )
+        )

@@ -1,0 +1,116 @@
+"""Who is calling: the owner secret, an account token, or a Hope session cookie.
+
+One `Authenticator` serves every surface: `/api/*` (bearer or cookie, with the Origin rule for
+cookie mutations), `/attachments` (bearer, ApiKey or X-Pheby-Secret) and the WebSocket hello.
+"""
+
+import hmac
+import ipaddress
+from typing import Any, Literal
+
+import msgspec
+from litestar.connection import ASGIConnection
+
+from pheby.accounts import Account, Accounts
+from pheby.errors import Forbidden, Unauthorized
+from pheby.settings import Settings
+
+SESSION_COOKIE = "hope_session"
+MUTATING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+class Principal(msgspec.Struct, frozen=True, kw_only=True):
+    """An authenticated caller. `token_id` is set when a stored token (not the secret) was used."""
+
+    account: Account
+    via: Literal["secret", "token", "cookie"]
+    token_id: str | None = None
+
+
+class Authenticator:
+    def __init__(self, settings: Settings, accounts: Accounts, owner: Account) -> None:
+        self._secret = settings.secret.encode()
+        self._allowed_origins = frozenset(settings.allowed_origins)
+        self._trusted_proxies = frozenset(settings.trusted_proxies)
+        self._accounts = accounts
+        self._owner = owner
+
+    async def from_secret(self, secret: str) -> Principal | None:
+        """`PHEBY_SECRET` → the owner; an account's live token → that account; else None."""
+        if not secret:
+            return None
+        if hmac.compare_digest(secret.encode(), self._secret):
+            owner = await self._accounts.get(self._owner.id)
+            return None if owner.disabled else Principal(account=owner, via="secret")
+        resolved = await self._accounts.resolve_token(secret)
+        if resolved is None:
+            return None
+        return Principal(account=resolved.account, via="token", token_id=resolved.token_id)
+
+    async def for_api(self, connection: ASGIConnection[Any, Any, Any, Any]) -> Principal:
+        """The `/api/*` rule: bearer (secret or token) or the session cookie; cookie mutations need Origin."""
+        bearer = _bearer(connection.headers.get("authorization", ""))
+        if bearer is not None:
+            principal = await self.from_secret(bearer)
+            if principal is None:
+                raise Unauthorized("Invalid or expired credentials")
+            return principal
+        cookie = connection.cookies.get(SESSION_COOKIE)
+        if not cookie:
+            raise Unauthorized()
+        resolved = await self._accounts.resolve_token(cookie)
+        if resolved is None or resolved.kind != "session":
+            raise Unauthorized("Invalid or expired session")
+        if connection.scope.get("method") in MUTATING_METHODS:
+            self._check_origin(connection)
+        return Principal(account=resolved.account, via="cookie", token_id=resolved.token_id)
+
+    async def for_attachments(self, connection: ASGIConnection[Any, Any, Any, Any]) -> Principal:
+        """The `/attachments` rule: `Bearer`, `ApiKey` or `X-Pheby-Secret`, secret or account token."""
+        header = connection.headers.get("authorization", "")
+        scheme, _, value = header.partition(" ")
+        secret = value.strip() if scheme.lower() in ("bearer", "apikey") else ""
+        secret = secret or connection.headers.get("x-pheby-secret", "").strip()
+        principal = await self.from_secret(secret)
+        if principal is None:
+            raise Unauthorized()
+        return principal
+
+    def client_address(self, connection: ASGIConnection[Any, Any, Any, Any]) -> str:
+        """The peer address, or X-Forwarded-For's nearest untrusted hop when the peer is a trusted proxy."""
+        peer = connection.client.host if connection.client else "unknown"
+        if peer not in self._trusted_proxies:
+            return peer
+        hops = [h.strip() for h in connection.headers.get("x-forwarded-for", "").split(",") if h.strip()]
+        for hop in reversed(hops):
+            if hop not in self._trusted_proxies and _is_ip(hop):
+                return hop
+        return peer
+
+    def _check_origin(self, connection: ASGIConnection[Any, Any, Any, Any]) -> None:
+        origin = connection.headers.get("origin")
+        if origin is None:
+            raise Forbidden("Cookie-authenticated changes need an Origin header")
+        allowed = self._allowed_origins or {_own_origin(connection)}
+        if origin not in allowed:
+            raise Forbidden("Origin not allowed")
+
+
+def _bearer(header: str) -> str | None:
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return value.strip()
+
+
+def _own_origin(connection: ASGIConnection[Any, Any, Any, Any]) -> str:
+    host = connection.headers.get("host", "")
+    return f"{connection.url.scheme}://{host}"
+
+
+def _is_ip(value: str) -> bool:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True

@@ -1,0 +1,90 @@
+"""The `pheby` console command: `serve` and `account create|token|disable`."""
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from pheby.accounts import Accounts
+from pheby.db import Database
+from pheby.errors import PhebyError
+from pheby.settings import Settings, SettingsError, load_settings
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pheby", description="Pheby server")
+    parser.add_argument("--data-dir", type=Path, default=None, help="data directory (env PHEBY_DATA_DIR)")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the server (one uvicorn worker)")
+    serve.add_argument("--host", default=None)
+    serve.add_argument("--port", type=int, default=None)
+    serve.add_argument("--data-dir", dest="serve_data_dir", type=Path, default=None)
+    serve.add_argument("--log-format", choices=["text", "json"], default=None)
+    serve.add_argument("--workers", type=int, default=1)
+
+    account = commands.add_parser("account", help="manage accounts").add_subparsers(dest="action", required=True)
+    create = account.add_parser("create", help="create an account; prints JSON {id, name}")
+    create.add_argument("name")
+    create.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
+    token = account.add_parser("token", help="issue a new bearer token; prints JSON {token}")
+    token.add_argument("name")
+    disable = account.add_parser("disable", help="disable an account (its tokens stop working)")
+    disable.add_argument("name")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    data_dir = getattr(args, "serve_data_dir", None) or args.data_dir
+    try:
+        if args.command == "serve":
+            if args.workers != 1:
+                print(
+                    "pheby serve: exactly one worker is supported: the WebSockets, run streams and "
+                    "scheduler live in one process",
+                    file=sys.stderr,
+                )
+                return 2
+            settings = load_settings(host=args.host, port=args.port, data_dir=data_dir, log_format=args.log_format)
+            from pheby.server import configure_logging, serve  # keeps account commands light
+
+            configure_logging(settings.log_format)
+            serve(settings)
+            return 0
+        settings = load_settings(data_dir=data_dir)
+        result = asyncio.run(_account_command(settings, args))
+    except SettingsError as exc:
+        print(f"pheby: {exc}", file=sys.stderr)
+        return 2
+    except PhebyError as exc:
+        print(f"pheby: {exc.message}", file=sys.stderr)
+        return 1
+    print(json.dumps(result))
+    return 0
+
+
+async def _account_command(settings: Settings, args: argparse.Namespace) -> dict[str, object]:
+    db = Database(settings.database_path)
+    await db.open()
+    try:
+        accounts = Accounts(db)
+        await accounts.ensure_owner()
+        if args.action == "create":
+            password = sys.stdin.readline().rstrip("\r\n") if args.password_stdin else None
+            account = await accounts.create(args.name, password or None)
+            return {"id": account.id, "name": account.name}
+        if args.action == "token":
+            account = await accounts.get_by_name(args.name)
+            issued = await accounts.issue_token(account.id, "api", None)
+            return {"token": issued.token}
+        account = await accounts.set_disabled(args.name, True)
+        return {"id": account.id, "name": account.name, "disabled": True}
+    finally:
+        await db.close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

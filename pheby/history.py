@@ -1,0 +1,44 @@
+"""The display transcript of a conversation: Hermes's user/assistant turns, paged newest first."""
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Literal
+
+import hermes_client as hc
+from pheby.conversations import input_digest
+from pheby.events import HistoryMessage
+from pheby.media_tags import strip_media
+
+HISTORY_LIMIT_MAX = 500
+HISTORY_LIMIT_DEFAULT = 200
+
+
+def display_messages(messages: Sequence[hc.SessionMessage], original_inputs: dict[str, str]) -> list[HistoryMessage]:
+    """Stable ids (`m<Hermes message id>`), roles user/assistant only, the user's own words."""
+    shown: list[HistoryMessage] = []
+    for message in messages:
+        if not isinstance(message.content, str):
+            continue
+        role: Literal["user", "assistant"]
+        if message.role == "user":
+            role, text = "user", original_inputs.get(input_digest(message.content), message.content)
+        elif message.role == "assistant":
+            role, text = "assistant", strip_media(message.content)
+        else:
+            continue
+        if not text.strip():
+            continue
+        ts = datetime.fromtimestamp(message.timestamp, UTC).isoformat() if message.timestamp else None
+        shown.append(HistoryMessage(message_id=f"m{message.id}", role=role, text=text, ts=ts))
+    return shown
+
+
+def page(
+    messages: list[HistoryMessage], limit: int, before_message_id: str | None
+) -> tuple[list[HistoryMessage], bool]:
+    """The newest `limit` messages before the (exclusive) cursor, in chronological order."""
+    end = len(messages)
+    if before_message_id is not None:
+        end = next((i for i, m in enumerate(messages) if m.message_id == before_message_id), 0)
+    start = max(0, end - limit)
+    return messages[start:end], start > 0

@@ -1,0 +1,87 @@
+"""Model and reasoning-effort selection through Hermes's dashboard API.
+
+Hermes 0.19.0 can change the model and effort only globally (the dashboard's `/api/model/set`
+and `PUT /api/config`); a change for one conversation is declined with `not_implemented`.
+"""
+
+from collections.abc import Awaitable
+from typing import TypeVar
+
+import hermes_client as hc
+from pheby.accounts import Account
+from pheby.errors import BadRequest, NotImplementedByUpstream, Unavailable, UpstreamFailure
+from pheby.events import ProviderModels
+from pheby.hermes_pool import HermesClients
+
+REASONING_EFFORTS = ["none", "minimal", "low", "medium", "high", "xhigh", "max", "ultra"]
+MODEL_EFFORTS = REASONING_EFFORTS[1:]  # what `models.snapshot` lists: the levels that enable thinking
+T = TypeVar("T")
+NO_DASHBOARD = (
+    "Model and reasoning settings need Hermes's dashboard API (`hermes serve`); "
+    "set HERMES_DASHBOARD_URL and HERMES_DASHBOARD_TOKEN"
+)
+NO_CONVERSATION_SCOPE = (
+    "Hermes 0.19.0 cannot change the {what} of one conversation; omit conversation_id to change "
+    "the default for every conversation"
+)
+
+
+class ModelChoices:
+    """What the account's Hermes offers, and the global model and effort it uses."""
+
+    def __init__(self, hermes: HermesClients) -> None:
+        self._hermes = hermes
+
+    def _dashboard(self, account: Account) -> hc.HermesClient:
+        client = self._hermes.for_account(account)
+        if not client.has_dashboard:
+            raise NotImplementedByUpstream(NO_DASHBOARD)
+        return client
+
+    async def options(self, account: Account) -> tuple[list[ProviderModels], str | None, str | None]:
+        options = await _call(self._dashboard(account).model_options())
+        providers = [
+            ProviderModels(
+                slug=p.slug,
+                name=p.name,
+                is_current=p.is_current,
+                models=list(p.models),
+                total_models=p.total_models if isinstance(p.total_models, int) else len(p.models),
+            )
+            for p in options.providers
+        ]
+        return providers, options.model, options.provider
+
+    async def set_model(self, account: Account, model: str, provider: str | None, conversation_scoped: bool) -> str:
+        """Change the global model; returns the provider it was set for."""
+        if conversation_scoped:
+            raise NotImplementedByUpstream(NO_CONVERSATION_SCOPE.format(what="model"))
+        client = self._dashboard(account)
+        if not model.strip():
+            raise BadRequest("model must not be blank")
+        chosen = provider or (await _call(client.model_options())).provider
+        if not chosen:
+            raise BadRequest("provider is required: Hermes has no current provider")
+        await _call(client.set_model(chosen, model))
+        return chosen
+
+    async def effort(self, account: Account) -> str | None:
+        return await _call(self._dashboard(account).reasoning_effort())
+
+    async def set_effort(self, account: Account, effort: str, conversation_scoped: bool) -> None:
+        if effort not in REASONING_EFFORTS:
+            raise BadRequest(f"effort must be one of: {', '.join(REASONING_EFFORTS)}")
+        if conversation_scoped:
+            raise NotImplementedByUpstream(NO_CONVERSATION_SCOPE.format(what="reasoning effort"))
+        await _call(self._dashboard(account).put_config({"agent": {"reasoning_effort": effort}}))
+
+
+async def _call(awaitable: Awaitable[T]) -> T:
+    try:
+        return await awaitable
+    except hc.HermesUnavailable:
+        raise Unavailable("Hermes's dashboard is unavailable right now") from None
+    except hc.HermesRejected as exc:
+        raise BadRequest(f"Hermes refused: {exc}") from None
+    except hc.HermesError:
+        raise UpstreamFailure("Hermes's dashboard answered with an error") from None

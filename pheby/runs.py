@@ -1,0 +1,497 @@
+"""Active runs: one upstream SSE reader per Hermes run, translated into Pheby events.
+
+Hermes allows a single consumer per run stream and no resume, so the server holds it and fans
+the events out through the hub. The registry keeps each run's draft, tool states and pending
+decisions so `conversation.open` can hand a reconnecting client the recoverable snapshot.
+"""
+
+import asyncio
+import logging
+import secrets
+import uuid
+from collections import defaultdict, deque
+from collections.abc import Awaitable, Callable
+
+from msgspec import UNSET, UnsetType
+
+import hermes_client as hc
+from pheby import events as ev
+from pheby.accounts import Account
+from pheby.conversations import Conversation, Conversations
+from pheby.errors import ApprovalNotFound, ClarifyNotFound, NotFound, RunActive, Unavailable, UpstreamFailure
+from pheby.hub import Hub
+from pheby.media_tags import media_paths, strip_media, visible_draft
+from pheby.redact import redact
+
+log = logging.getLogger("pheby.runs")
+
+CANCEL_GRACE_SECONDS = 5.0
+RUN_INSTRUCTIONS = (
+    "You are talking with the user through the Pheby app, which renders Markdown. "
+    "To hand the user a file, put MEDIA:/absolute/path/to/file on its own line."
+)
+
+HermesFor = Callable[[Account], hc.HermesClient]
+DeliverMedia = Callable[["ActiveRun", list[str]], Awaitable[None]]
+
+
+def session_key(conversation_id: str) -> str:
+    return f"agent:main:pheby:dm:{conversation_id}"
+
+
+class PendingApproval:
+    def __init__(self, event: ev.ApprovalRequest, pattern_keys: list[str]) -> None:
+        self.event = event
+        self.pattern_keys = pattern_keys
+
+
+class ActiveRun:
+    """The live state of one run, enough to rebuild a client's view after a reconnect."""
+
+    def __init__(self, account: Account, conversation: Conversation, client: hc.HermesClient) -> None:
+        self.run_id = uuid.uuid4().hex
+        self.account = account
+        self.conversation_id = conversation.id
+        self.client = client
+        self.hermes_run_id = ""
+        self.message_id = f"draft-{self.run_id}"
+        self.status = "running"
+        self.raw_text = ""
+        self.draft = ""
+        self.tools: dict[str, ev.ToolState] = {}
+        self.open_tools: defaultdict[str, deque[str]] = defaultdict(deque)
+        self.approvals: dict[str, PendingApproval] = {}
+        self.clarifications: dict[str, tuple[str, ev.ClarifyRequest]] = {}
+        self.finished = asyncio.Event()
+        self.cancel_requested = False
+        self.reader: asyncio.Task[None] | None = None
+
+    def snapshot(self) -> ev.RunSnapshot:
+        return ev.RunSnapshot(run_id=self.run_id, status=self.status, message_id=self.message_id, text=self.draft)
+
+
+class RunManager:
+    """Starts, translates, cancels and answers runs; one active run per conversation."""
+
+    def __init__(
+        self,
+        hub: Hub,
+        conversations: Conversations,
+        hermes_for: HermesFor,
+        deliver_media: DeliverMedia | None = None,
+    ) -> None:
+        self._hub = hub
+        self._conversations = conversations
+        self._hermes_for = hermes_for
+        self._deliver_media = deliver_media
+        self._by_conversation: dict[str, ActiveRun] = {}
+        self._approvals: dict[str, ActiveRun] = {}
+        self._clarifications: dict[str, ActiveRun] = {}
+        self._last_tools: dict[str, list[ev.ToolState]] = {}
+
+    # --- queries -------------------------------------------------------------------------
+
+    def active(self, conversation_id: str) -> ActiveRun | None:
+        return self._by_conversation.get(conversation_id)
+
+    def snapshot(
+        self, conversation_id: str
+    ) -> tuple[ev.RunSnapshot | None, list[ev.ToolState], list[ev.ApprovalRequest], list[ev.ClarifyRequest]]:
+        run = self._by_conversation.get(conversation_id)
+        if run is None:
+            return None, list(self._last_tools.get(conversation_id, [])), [], []
+        approvals = [p.event for p in run.approvals.values()]
+        clarifications = [c for _, c in run.clarifications.values()]
+        return run.snapshot(), list(run.tools.values()), approvals, clarifications
+
+    # --- starting ------------------------------------------------------------------------
+
+    def reserve(self, account: Account, conversation: Conversation) -> ActiveRun:
+        """Claim the conversation's run slot (synchronously, so two sends can't both win)."""
+        if conversation.id in self._by_conversation:
+            raise RunActive()
+        run = ActiveRun(account, conversation, self._hermes_for(account))
+        self._by_conversation[conversation.id] = run
+        return run
+
+    def release(self, run: ActiveRun) -> None:
+        if self._by_conversation.get(run.conversation_id) is run:
+            del self._by_conversation[run.conversation_id]
+
+    async def start(
+        self, run: ActiveRun, conversation: Conversation, hermes_input: str, request_id: str | UnsetType
+    ) -> None:
+        """Create the Hermes run for a reserved slot and start reading it; releases the slot on failure."""
+        try:
+            session_id = conversation.session_id or f"pheby_{conversation.id}"
+            history = await self._history(run.client, conversation)
+            handle = await run.client.create_run(
+                hermes_input,
+                session_id=session_id,
+                conversation_history=history,
+                instructions=RUN_INSTRUCTIONS,
+            )
+            if conversation.session_id is None:
+                await self._conversations.add_session(conversation.id, session_id)
+        except hc.HermesUnavailable:
+            self.release(run)
+            raise Unavailable("Hermes is unavailable right now; try again") from None
+        except hc.HermesError as exc:
+            self.release(run)
+            raise UpstreamFailure(f"Hermes refused the run: {exc}") from None
+        except BaseException:
+            self.release(run)
+            raise
+        run.hermes_run_id = handle.run_id
+        await self._conversations.touch(conversation.id)
+        account_id = run.account.id
+        self._hub.broadcast(
+            account_id, ev.RunAccepted(conversation_id=conversation.id, run_id=run.run_id, request_id=request_id)
+        )
+        self._hub.broadcast(
+            account_id,
+            ev.MessageStart(conversation_id=conversation.id, run_id=run.run_id, message_id=run.message_id),
+        )
+        run.reader = asyncio.create_task(self._read(run), name=f"run-{run.run_id}")
+
+    async def _history(self, client: hc.HermesClient, conversation: Conversation) -> list[dict[str, str]]:
+        """User/assistant turns with text, oldest first (0.19.0 doesn't load history for /v1/runs)."""
+        history: list[dict[str, str]] = []
+        for sid in conversation.session_ids:
+            try:
+                messages = await client.session_messages(sid)
+            except hc.HermesNotFound:
+                continue
+            for message in messages:
+                if (
+                    message.role in ("user", "assistant")
+                    and isinstance(message.content, str)
+                    and message.content.strip()
+                ):
+                    history.append({"role": message.role, "content": message.content})
+        return history
+
+    # --- the reader ----------------------------------------------------------------------
+
+    async def _read(self, run: ActiveRun) -> None:
+        try:
+            async for event in run.client.run_events(run.hermes_run_id):
+                await self._on_event(run, event)
+                if run.finished.is_set():
+                    return
+            await self._finish_from_status(run)
+        except asyncio.CancelledError:
+            raise
+        except hc.HermesError as exc:
+            log.warning("run %s stream failed: %s", run.run_id, exc)
+            await self._finish_from_status(run)
+        except Exception:
+            log.exception("run %s reader crashed", run.run_id)
+            self._finish(run, "failed", "Internal error while streaming the run")
+        finally:
+            if not run.finished.is_set():
+                self._finish(run, "cancelled" if run.cancel_requested else "failed", "The run stream ended")
+
+    async def _finish_from_status(self, run: ActiveRun) -> None:
+        """The stream ended without a terminal event: ask Hermes how the run ended."""
+        if run.finished.is_set():
+            return
+        try:
+            status = await run.client.get_run(run.hermes_run_id)
+        except hc.HermesError:
+            self._finish(run, "cancelled" if run.cancel_requested else "failed", "Lost the connection to Hermes")
+            return
+        if status.status == "completed":
+            await self._complete(run, status.output or "")
+        elif status.status == "cancelled":
+            self._finish(run, "cancelled")
+        else:
+            self._finish(run, "failed", status.error or "The run stream ended early")
+
+    async def _on_event(self, run: ActiveRun, event: hc.RunEvent) -> None:
+        account_id, cid = run.account.id, run.conversation_id
+        match event:
+            case hc.MessageDelta(delta=delta):
+                run.raw_text += delta
+                visible = visible_draft(run.raw_text)
+                if visible != run.draft:
+                    run.draft = visible
+                    self._hub.broadcast(
+                        account_id, ev.MessageDelta(conversation_id=cid, message_id=run.message_id, text=visible)
+                    )
+            case hc.ToolStarted():
+                self._tool_started(run, event)
+            case hc.ToolCompleted():
+                self._tool_completed(run, event)
+            case hc.ApprovalRequest():
+                await self._approval_requested(run, event)
+            case hc.ClarifyRequest():
+                self._clarify_requested(run, event)
+            case hc.RunCompleted(output=output):
+                await self._complete(run, output)
+            case hc.RunFailed(error=error):
+                self._finish(run, "failed", _short(error))
+            case hc.RunCancelled():
+                self._finish(run, "cancelled")
+            case _:
+                pass  # reasoning.available repeats the text; approval.responded is echoed by us
+
+    def _tool_started(self, run: ActiveRun, event: hc.ToolStarted) -> None:
+        call_id = event.tool_call_id or f"t-{secrets.token_hex(6)}"
+        run.open_tools[event.tool].append(call_id)
+        args = redact(event.args) if isinstance(event.args, dict) else {}
+        state = ev.ToolState(
+            tool_call_id=call_id,
+            tool_name=event.tool,
+            status="running",
+            run_id=run.run_id,
+            args_redacted=args,
+            preview=_short(event.preview or "", 200),
+        )
+        run.tools[call_id] = state
+        self._broadcast_tool(run, state)
+
+    def _tool_completed(self, run: ActiveRun, event: hc.ToolCompleted) -> None:
+        pending = run.open_tools[event.tool]
+        call_id = event.tool_call_id or (pending.popleft() if pending else f"t-{secrets.token_hex(6)}")
+        if event.tool_call_id and call_id in pending:
+            pending.remove(call_id)
+        started = run.tools.get(call_id)
+        failed = bool(event.error)
+        state = ev.ToolState(
+            tool_call_id=call_id,
+            tool_name=event.tool,
+            status="failed" if failed else "completed",
+            run_id=run.run_id,
+            args_redacted=started.args_redacted if started else {},
+            duration_ms=round(event.duration * 1000) if event.duration is not None else None,
+            error="Tool failed" if failed else UNSET,
+        )
+        run.tools[call_id] = state
+        self._broadcast_tool(run, state)
+        if run.approvals and failed:
+            # Hermes fails an unanswered approval closed after its own timeout, with no event of its own.
+            for approval_id in list(run.approvals):
+                self._resolve_approval(run, approval_id, "deny", accepted=False)
+
+    def _broadcast_tool(self, run: ActiveRun, state: ev.ToolState) -> None:
+        self._hub.broadcast(
+            run.account.id,
+            ev.ToolEvent(
+                conversation_id=run.conversation_id,
+                run_id=run.run_id,
+                tool_call_id=state.tool_call_id,
+                tool_name=state.tool_name,
+                status=state.status,
+                args_redacted=state.args_redacted if state.status == "running" else UNSET,
+                duration_ms=state.duration_ms,
+                error=state.error,
+                preview=state.preview,
+            ),
+        )
+
+    async def _approval_requested(self, run: ActiveRun, event: hc.ApprovalRequest) -> None:
+        conversation = await self._conversations.get(run.account.id, run.conversation_id)
+        keys = list(event.pattern_keys or ([event.pattern_key] if event.pattern_key else []))
+        if conversation.yolo or (keys and set(keys) <= await self._conversations.approved_patterns(conversation.id)):
+            # YOLO, or a pattern approved for the session earlier: answer "once" without asking.
+            try:
+                await run.client.respond_approval(run.hermes_run_id, "once")
+            except hc.HermesError as exc:
+                log.warning("auto-approval for run %s failed: %s", run.run_id, exc)
+            return
+        approval = ev.ApprovalRequest(
+            approval_id=secrets.token_hex(6),
+            session_key=session_key(run.conversation_id),
+            conversation_id=run.conversation_id,
+            run_id=run.run_id,
+            command=event.command,
+            description=event.description or "",
+            choices=list(event.choices or ["once", "session", "always", "deny"]),
+        )
+        run.approvals[approval.approval_id] = PendingApproval(approval, keys)
+        self._approvals[approval.approval_id] = run
+        run.status = "waiting_for_approval"
+        self._hub.broadcast(run.account.id, approval)
+
+    def _clarify_requested(self, run: ActiveRun, event: hc.ClarifyRequest) -> None:
+        clarify = ev.ClarifyRequest(
+            clarify_id=secrets.token_hex(5),
+            session_key=session_key(run.conversation_id),
+            conversation_id=run.conversation_id,
+            run_id=run.run_id,
+            question=event.question,
+            choices=list(event.choices) if event.choices else None,
+        )
+        run.clarifications[clarify.clarify_id] = (event.clarify_id, clarify)
+        self._clarifications[clarify.clarify_id] = run
+        run.status = "waiting_for_clarification"
+        self._hub.broadcast(run.account.id, clarify)
+
+    async def _complete(self, run: ActiveRun, output: str) -> None:
+        paths = media_paths(output)
+        final = strip_media(output)
+        run.draft = final
+        self._hub.broadcast(
+            run.account.id,
+            ev.MessageComplete(conversation_id=run.conversation_id, message_id=run.message_id, text=final),
+        )
+        if paths and self._deliver_media is not None:
+            try:
+                await self._deliver_media(run, paths)
+            except Exception:
+                log.exception("delivering MEDIA: files of run %s failed", run.run_id)
+        self._finish(run, "completed")
+
+    def _finish(self, run: ActiveRun, status: ev.RunStatus, error: str | None = None) -> None:
+        """Emit the run's one `run.finished` and clear its state."""
+        if run.finished.is_set():
+            return
+        run.finished.set()
+        for call_id, state in list(run.tools.items()):
+            if state.status == "running":
+                ended = ev.ToolState(
+                    tool_call_id=call_id, tool_name=state.tool_name, status="cancelled", run_id=run.run_id
+                )
+                run.tools[call_id] = ended
+                self._broadcast_tool(run, ended)
+        for approval_id in list(run.approvals):
+            self._resolve_approval(run, approval_id, "deny", accepted=False)
+        for clarify_id in list(run.clarifications):
+            self._resolve_clarify(run, clarify_id, accepted=False, expired=True)
+        self._last_tools[run.conversation_id] = list(run.tools.values())
+        self.release(run)
+        self._hub.broadcast(
+            run.account.id,
+            ev.RunFinished(
+                conversation_id=run.conversation_id,
+                run_id=run.run_id,
+                status=status,
+                error=_short(error) if status == "failed" and error else UNSET,
+            ),
+        )
+
+    # --- client decisions ----------------------------------------------------------------
+
+    async def cancel(self, account_id: str, conversation_id: str, run_id: str) -> None:
+        run = self._by_conversation.get(conversation_id)
+        if run is None or run.run_id != run_id or run.account.id != account_id or run.finished.is_set():
+            raise NotFound("No such active run")
+        run.cancel_requested = True
+        try:
+            await run.client.stop_run(run.hermes_run_id)
+        except hc.HermesNotFound:
+            raise NotFound("The run can no longer be interrupted") from None
+        except hc.HermesError as exc:
+            raise UpstreamFailure(f"Hermes did not stop the run: {exc}") from None
+        run.status = "cancelling"
+        try:
+            await asyncio.wait_for(asyncio.shield(run.finished.wait()), timeout=CANCEL_GRACE_SECONDS)
+        except TimeoutError:
+            if run.reader is not None:
+                run.reader.cancel()
+            self._finish(run, "cancelled")
+
+    async def respond_approval(
+        self, account_id: str, approval_id: str, choice: str, request_id: str | UnsetType
+    ) -> None:
+        run = self._approvals.get(approval_id)
+        if run is None or run.account.id != account_id or approval_id not in run.approvals:
+            raise ApprovalNotFound()
+        pending = run.approvals[approval_id]
+        try:
+            await run.client.respond_approval(run.hermes_run_id, choice)
+        except (hc.HermesNotFound, hc.HermesRejected):
+            self._resolve_approval(run, approval_id, "deny", accepted=False)
+            raise ApprovalNotFound() from None
+        if choice == "session":
+            for key in pending.pattern_keys:
+                await self._conversations.approve_pattern(run.conversation_id, key)
+        self._resolve_approval(run, approval_id, choice, accepted=True, request_id=request_id)
+
+    def _resolve_approval(
+        self,
+        run: ActiveRun,
+        approval_id: str,
+        choice: str,
+        *,
+        accepted: bool,
+        request_id: str | UnsetType = UNSET,
+    ) -> None:
+        if run.approvals.pop(approval_id, None) is None:
+            return
+        self._approvals.pop(approval_id, None)
+        if not run.approvals and not run.clarifications and not run.finished.is_set():
+            run.status = "running"
+        self._hub.broadcast(
+            run.account.id,
+            ev.ApprovalResolved(approval_id=approval_id, choice=choice, accepted=accepted, request_id=request_id),
+        )
+
+    async def respond_clarify(
+        self, account_id: str, clarify_id: str, response: str, request_id: str | UnsetType
+    ) -> None:
+        run = self._clarifications.get(clarify_id)
+        if run is None or run.account.id != account_id or clarify_id not in run.clarifications:
+            raise ClarifyNotFound()
+        hermes_clarify_id, _ = run.clarifications[clarify_id]
+        try:
+            await run.client.respond_clarify(run.hermes_run_id, hermes_clarify_id, response)
+        except (hc.HermesNotFound, hc.HermesRejected):
+            self._resolve_clarify(run, clarify_id, accepted=False, expired=True)
+            raise ClarifyNotFound() from None
+        self._resolve_clarify(run, clarify_id, accepted=True, request_id=request_id)
+
+    def _resolve_clarify(
+        self,
+        run: ActiveRun,
+        clarify_id: str,
+        *,
+        accepted: bool,
+        expired: bool = False,
+        request_id: str | UnsetType = UNSET,
+    ) -> None:
+        if run.clarifications.pop(clarify_id, None) is None:
+            return
+        self._clarifications.pop(clarify_id, None)
+        if not run.approvals and not run.clarifications and not run.finished.is_set():
+            run.status = "running"
+        self._hub.broadcast(
+            run.account.id,
+            ev.ClarifyResolved(
+                clarify_id=clarify_id, accepted=accepted, expired=expired or UNSET, request_id=request_id
+            ),
+        )
+
+    # --- unsolicited output and shutdown -------------------------------------------------
+
+    def push_unsolicited(self, account_id: str, conversation_id: str, text: str) -> str:
+        """Emit a finished turn that no client asked for (a cron run's output)."""
+        run_id = uuid.uuid4().hex
+        message_id = f"draft-{run_id}"
+        final = strip_media(text)
+        for event in (
+            ev.RunAccepted(conversation_id=conversation_id, run_id=run_id),
+            ev.MessageStart(conversation_id=conversation_id, run_id=run_id, message_id=message_id),
+            ev.MessageComplete(conversation_id=conversation_id, message_id=message_id, text=final),
+            ev.RunFinished(conversation_id=conversation_id, run_id=run_id, status="completed"),
+        ):
+            self._hub.broadcast(account_id, event)
+        return run_id
+
+    async def shutdown(self) -> None:
+        """Stop every active run so each client sees its `run.finished`."""
+        runs = list(self._by_conversation.values())
+        for run in runs:
+            try:
+                await self.cancel(run.account.id, run.conversation_id, run.run_id)
+            except Exception:  # noqa: BLE001 - shutting down regardless
+                self._finish(run, "cancelled")
+        for run in runs:
+            if run.reader is not None and not run.reader.done():
+                run.reader.cancel()
+
+
+def _short(text: str, limit: int = 500) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,81 @@
+"""The long-lived resources of one server process, built in the app lifespan."""
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+from pheby.accounts import Accounts
+from pheby.auth import Authenticator
+from pheby.conversations import Conversations
+from pheby.db import Database
+from pheby.hermes_pool import HermesClients
+from pheby.hub import Hub
+from pheby.lockout import FailureLimiter
+from pheby.models import ModelChoices
+from pheby.runs import RunManager
+from pheby.settings import Settings
+from storage import BlobStore, open_blob_store
+
+
+class Services:
+    """Everything a handler may need, kept on `app.state.services` (a plain class: DI checks isinstance)."""
+
+    def __init__(self, *, settings: Settings, db: Database, accounts: Accounts, authenticator: Authenticator,
+                 blobs: BlobStore, hermes: HermesClients) -> None:  # fmt: skip
+        self.settings = settings
+        self.db = db
+        self.accounts = accounts
+        self.authenticator = authenticator
+        self.blobs = blobs
+        self.hermes = hermes
+        self.login_limiter = FailureLimiter(db, "login")
+        self.hello_limiter = FailureLimiter(db, "hello")
+        self.hub = Hub()
+        self.conversations = Conversations(db)
+        self.models = ModelChoices(hermes)
+        self.runs = RunManager(self.hub, self.conversations, hermes.for_account)
+        self._background: set[asyncio.Task[Any]] = set()
+
+    def background(self, task: asyncio.Task[Any]) -> None:
+        """Keep a fire-and-forget task alive until it ends (and cancel it on shutdown)."""
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def stop_background(self) -> None:
+        for task in list(self._background):
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+
+
+@asynccontextmanager
+async def open_services(settings: Settings) -> AsyncIterator[Services]:
+    """Open the database (migrating it), the owner account, the blob store and Hermes clients; close after."""
+    async with AsyncExitStack() as stack:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        db = Database(settings.database_path)
+        await db.open()
+        stack.push_async_callback(db.close)
+        accounts = Accounts(db)
+        owner = await accounts.ensure_owner()
+        blobs = open_blob_store(
+            settings.storage,
+            data_dir=settings.data_dir,
+            s3_bucket=settings.s3_bucket or None,
+            s3_prefix=settings.s3_prefix,
+            s3_endpoint_url=settings.s3_endpoint_url or None,
+        )
+        stack.push_async_callback(blobs.aclose)
+        hermes = HermesClients(settings)
+        stack.push_async_callback(hermes.aclose)
+        services = Services(
+            settings=settings,
+            db=db,
+            accounts=accounts,
+            authenticator=Authenticator(settings, accounts, owner),
+            blobs=blobs,
+            hermes=hermes,
+        )
+        stack.push_async_callback(services.stop_background)
+        stack.push_async_callback(services.runs.shutdown)
+        yield services

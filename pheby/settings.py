@@ -1,0 +1,159 @@
+"""Server settings: one frozen Struct built from the environment and command-line flags.
+
+A bad value stops the server with one line naming the variable (`SettingsError`).
+"""
+
+import os
+import re
+import secrets
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+StorageKind = Literal["local", "s3"]
+MiB = 1024 * 1024
+DEFAULT_DATA_DIR = Path(".local")
+
+
+class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Everything the server reads from its environment. Field docs name the variable."""
+
+    host: str = "127.0.0.1"
+    port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8620
+    data_dir: Path = DEFAULT_DATA_DIR
+    # PHEBY_SECRET: authenticates the owner account. Filled in by `resolve_secret` when unset.
+    secret: Annotated[str, msgspec.Meta(min_length=16)]
+    # HERMES_URL / HERMES_API_KEY: the gateway's API server. Empty URL means "start the demo Hermes".
+    hermes_url: str = ""
+    hermes_api_key: str = ""
+    hermes_home: Path | None = None
+    hermes_dashboard_url: str = ""
+    hermes_dashboard_token: str = ""
+    # PHEBY_STORAGE: where attachment bytes live.
+    storage: StorageKind = "local"
+    s3_bucket: str = ""
+    s3_prefix: str = ""
+    s3_endpoint_url: str = ""
+    attachment_retention_days: Annotated[int, msgspec.Meta(ge=0)] = 7
+    job_poll_seconds: Annotated[float, msgspec.Meta(gt=0)] = 30.0
+    # PHEBY_MEDIA_ROOTS: os.pathsep-separated roots that MEDIA: deliverables may be copied from.
+    media_roots: tuple[Path, ...] = ()
+    # PHEBY_AGENT_MEDIA_DIR: where uploads are written for the agent to read (default: data dir).
+    agent_media_dir: Path | None = None
+    # PHEBY_ALLOWED_ORIGINS: comma-separated origins allowed for cookie-authenticated mutations.
+    # Empty means "the server's own origin only".
+    allowed_origins: tuple[str, ...] = ()
+    # PHEBY_TRUSTED_PROXIES: comma-separated peer addresses whose X-Forwarded-For is believed.
+    trusted_proxies: tuple[str, ...] = ()
+    session_ttl_seconds: Annotated[int, msgspec.Meta(gt=0)] = 7 * 24 * 3600
+    log_format: Literal["text", "json"] = "text"
+    # PHEBY_WS_HELLO_TIMEOUT: seconds a new WebSocket has to say hello.
+    ws_hello_timeout: Annotated[float, msgspec.Meta(gt=0)] = 10.0
+
+    @property
+    def database_path(self) -> Path:
+        """The SQLite metadata database inside the data dir."""
+        return self.data_dir / "pheby.sqlite3"
+
+
+# Field name -> environment variable. Flags use the field names.
+ENV_NAMES: dict[str, str] = {
+    "host": "PHEBY_HOST",
+    "port": "PHEBY_PORT",
+    "data_dir": "PHEBY_DATA_DIR",
+    "secret": "PHEBY_SECRET",
+    "hermes_url": "HERMES_URL",
+    "hermes_api_key": "HERMES_API_KEY",
+    "hermes_home": "HERMES_HOME",
+    "hermes_dashboard_url": "HERMES_DASHBOARD_URL",
+    "hermes_dashboard_token": "HERMES_DASHBOARD_TOKEN",
+    "storage": "PHEBY_STORAGE",
+    "s3_bucket": "PHEBY_S3_BUCKET",
+    "s3_prefix": "PHEBY_S3_PREFIX",
+    "s3_endpoint_url": "PHEBY_S3_ENDPOINT_URL",
+    "attachment_retention_days": "PHEBY_ATTACHMENT_RETENTION_DAYS",
+    "job_poll_seconds": "PHEBY_JOB_POLL_SECONDS",
+    "media_roots": "PHEBY_MEDIA_ROOTS",
+    "agent_media_dir": "PHEBY_AGENT_MEDIA_DIR",
+    "allowed_origins": "PHEBY_ALLOWED_ORIGINS",
+    "trusted_proxies": "PHEBY_TRUSTED_PROXIES",
+    "session_ttl_seconds": "PHEBY_SESSION_TTL_SECONDS",
+    "log_format": "PHEBY_LOG_FORMAT",
+    "ws_hello_timeout": "PHEBY_WS_HELLO_TIMEOUT",
+}
+
+_LIST_SEPARATORS: dict[str, str] = {
+    "media_roots": os.pathsep,
+    "allowed_origins": ",",
+    "trusted_proxies": ",",
+}
+
+_PATH_AT = re.compile(r"at `\$\.(\w+)")
+
+
+class SettingsError(Exception):
+    """A setting is missing or invalid; the message is one line naming the variable."""
+
+
+def load_settings(environ: Mapping[str, str] | None = None, **flags: Any) -> Settings:
+    """Build and validate settings from `environ` (default: os.environ) and flags (which win)."""
+    env = os.environ if environ is None else environ
+    raw: dict[str, Any] = {}
+    for field, name in ENV_NAMES.items():
+        value = env.get(name)
+        if value is None or value == "":
+            continue
+        sep = _LIST_SEPARATORS.get(field)
+        raw[field] = [part.strip() for part in value.split(sep) if part.strip()] if sep else value
+    raw.update({k: v for k, v in flags.items() if v is not None})
+    data_dir = Path(raw.get("data_dir", DEFAULT_DATA_DIR))
+    if "secret" not in raw:
+        raw["secret"] = resolve_secret(data_dir)
+    try:
+        settings = msgspec.convert(raw, Settings, strict=False, dec_hook=_decode_path)
+    except msgspec.ValidationError as exc:
+        raise SettingsError(_describe(exc)) from None
+    _check_consistency(settings)
+    return settings
+
+
+def resolve_secret(data_dir: Path) -> str:
+    """Read the generated owner secret from the data dir, creating it (0600) on first use."""
+    path = data_dir / "secret"
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        pass
+    data_dir.mkdir(parents=True, exist_ok=True)
+    secret = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(secret + "\n")
+    return secret
+
+
+def _decode_path(type_: type, value: Any) -> Any:
+    if type_ is Path and isinstance(value, str | Path):
+        return Path(value)
+    raise msgspec.ValidationError(f"Expected `{type_.__name__}`")
+
+
+def _describe(exc: msgspec.ValidationError) -> str:
+    message = str(exc)
+    match = _PATH_AT.search(message)
+    if match is None:
+        return f"invalid settings: {message}"
+    name = ENV_NAMES.get(match.group(1), match.group(1))
+    return f"{name}: {message.split(' - at ')[0]}"
+
+
+def _check_consistency(settings: Settings) -> None:
+    if settings.storage == "s3" and not settings.s3_bucket:
+        raise SettingsError("PHEBY_S3_BUCKET: required when PHEBY_STORAGE=s3")
+    for origin in settings.allowed_origins:
+        if not re.fullmatch(r"https?://[^/\s]+", origin):
+            raise SettingsError(f"PHEBY_ALLOWED_ORIGINS: not an origin: {origin!r}")
+    if settings.hermes_url and not re.match(r"https?://", settings.hermes_url):
+        raise SettingsError("HERMES_URL: must start with http:// or https://")

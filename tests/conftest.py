@@ -1,0 +1,30 @@
+"""Shared fixtures. Fixture plugins for the Hermes doubles and the real gateway live in their own modules."""
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pheby.settings import Settings, load_settings
+
+pytest_plugins: list[str] = ["tests.real_hermes"]
+
+TEST_SECRET = "test-owner-secret-0123456789abcdef"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def make_settings(tmp_path: Path) -> Callable[..., Settings]:
+    """Settings on a temp data dir with a known owner secret; keyword overrides win."""
+
+    def make(**overrides: Any) -> Settings:
+        values: dict[str, Any] = {"data_dir": tmp_path / "data", "secret": TEST_SECRET}
+        values.update(overrides)
+        return load_settings({}, **values)
+
+    return make

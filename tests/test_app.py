@@ -1,0 +1,54 @@
+"""The app factory: health, OpenAPI docs, and the one error shape."""
+
+from collections.abc import Callable
+
+import pytest
+from litestar import get
+from litestar.testing import AsyncTestClient
+
+from handlers.app import create_app
+from pheby.settings import Settings
+from tests.conftest import TEST_SECRET
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_healthz_needs_no_auth(make_settings: Callable[..., Settings]) -> None:
+    async with AsyncTestClient(create_app(make_settings())) as client:
+        response = await client.get("/healthz")
+        assert response.status_code == 200
+        assert response.json() == {"status": "ok"}
+        assert response.headers["x-content-type-options"] == "nosniff"
+
+
+async def test_openapi_schema_is_served(make_settings: Callable[..., Settings]) -> None:
+    async with AsyncTestClient(create_app(make_settings())) as client:
+        response = await client.get("/schema/openapi.json")
+        assert response.status_code == 200
+        assert "/healthz" in response.json()["paths"]
+
+
+async def test_unknown_route_and_bad_body_use_the_error_shape(make_settings: Callable[..., Settings]) -> None:
+    async with AsyncTestClient(create_app(make_settings())) as client:
+        missing = await client.get("/nowhere")
+        assert missing.status_code == 404
+        assert missing.json() == {"error": {"code": "not_found", "message": "Not found"}}
+        bad = await client.post("/api/auth/login", json={"username": 1})
+        assert bad.status_code == 400
+        assert bad.json()["error"]["code"] == "bad_request"
+        not_json = await client.post("/api/auth/login", content=b"{", headers={"content-type": "application/json"})
+        assert not_json.status_code == 400
+
+
+async def test_unexpected_errors_reveal_nothing(make_settings: Callable[..., Settings]) -> None:
+    @get("/api/explode", sync_to_thread=False)
+    def explode() -> None:
+        raise RuntimeError("/secret/path/token=abc http://hermes.internal")
+
+    app = create_app(make_settings())
+    app.register(explode)
+    async with AsyncTestClient(app) as client:
+        response = await client.get("/api/explode", headers={"Authorization": f"Bearer {TEST_SECRET}"})
+        assert response.status_code == 500
+        assert response.json() == {"error": {"code": "internal_error", "message": "Internal error"}}
+        assert "secret" not in response.text

@@ -1,0 +1,167 @@
+"""Accounts and auth on /api/*: bearer, cookie, Origin rule, lockout, revocation, expiry."""
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import httpx
+import pytest
+from litestar.testing import AsyncTestClient
+
+from handlers.app import create_app
+from pheby.accounts import Accounts
+from pheby.db import Database
+from pheby.settings import Settings
+from tests.conftest import TEST_SECRET
+
+pytestmark = pytest.mark.anyio
+BASE = "http://testserver.local"
+
+
+async def add_account(settings: Settings, name: str, password: str | None = "pw-123456") -> tuple[str, str]:
+    """Create an account and an API token straight in the database; return (id, token)."""
+    db = Database(settings.database_path)
+    await db.open()
+    try:
+        accounts = Accounts(db)
+        account = await accounts.create(name, password)
+        issued = await accounts.issue_token(account.id, "api", None)
+        return account.id, issued.token
+    finally:
+        await db.close()
+
+
+@pytest.fixture
+async def settings(make_settings: Callable[..., Settings]) -> Settings:
+    return make_settings(session_ttl_seconds=3600)
+
+
+@pytest.fixture
+async def client(settings: Settings) -> AsyncIterator[AsyncTestClient[object]]:
+    await add_account(settings, "alice")
+    async with AsyncTestClient(create_app(settings), base_url=BASE) as c:
+        yield c
+
+
+async def login(
+    client: AsyncTestClient[object], username: str = "alice", password: str = "pw-123456"
+) -> httpx.Response:
+    return await client.post("/api/auth/login", json={"username": username, "password": password})
+
+
+async def test_no_or_wrong_credentials_are_401(client: AsyncTestClient[object]) -> None:
+    response = await client.get("/api/me")
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "unauthorized"
+    assert (await client.get("/api/me", headers={"Authorization": "Bearer nope"})).status_code == 401
+    assert (await client.get("/api/me", headers={"Authorization": f"Basic {TEST_SECRET}"})).status_code == 401
+    client.cookies.set("hope_session", "forged")
+    assert (await client.get("/api/me")).status_code == 401
+
+
+async def test_secret_is_the_owner_and_tokens_are_their_account(
+    client: AsyncTestClient[object], settings: Settings
+) -> None:
+    owner = await client.get("/api/me", headers={"Authorization": f"Bearer {TEST_SECRET}"})
+    assert owner.status_code == 200
+    assert owner.json()["name"] == "owner"
+    _, token = await add_account(settings, "bob", None)
+    bob = await client.get("/api/me", headers={"Authorization": f"Bearer {token}"})
+    assert bob.json()["name"] == "bob"
+
+
+async def test_login_sets_an_httponly_lax_cookie(client: AsyncTestClient[object]) -> None:
+    response = await login(client)
+    assert response.status_code == 200
+    body = response.json()
+    assert set(body) == {"token", "expires_at"}
+    set_cookie = response.headers["set-cookie"].lower()
+    assert "hope_session=" in set_cookie
+    assert "httponly" in set_cookie
+    assert "samesite=lax" in set_cookie
+    assert (await client.get("/api/me")).json()["name"] == "alice"  # the cookie alone authenticates
+    assert (await client.get("/api/me", headers={"Authorization": f"Bearer {body['token']}"})).status_code == 200
+
+
+async def test_wrong_password_is_401_and_sixth_failure_is_429(client: AsyncTestClient[object]) -> None:
+    for _ in range(5):
+        assert (await login(client, password="wrong")).status_code == 401
+    sixth = await login(client, password="wrong")
+    assert sixth.status_code == 429
+    assert sixth.json()["error"]["code"] == "rate_limited"
+    # Locked out even with the right password, until the window passes; other usernames are unaffected.
+    assert (await login(client)).status_code == 429
+    assert (await login(client, username="mallory", password="x")).status_code == 401
+
+
+async def test_cookie_mutation_needs_an_allowed_origin(client: AsyncTestClient[object]) -> None:
+    assert (await login(client)).status_code == 200
+    missing = await client.post("/api/auth/logout")
+    assert missing.status_code == 403
+    foreign = await client.post("/api/auth/logout", headers={"Origin": "https://evil.example"})
+    assert foreign.status_code == 403
+    assert (await client.get("/api/me")).status_code == 200  # reads need no Origin
+    allowed = await client.post("/api/auth/logout", headers={"Origin": BASE})
+    assert allowed.status_code == 200
+
+
+async def test_configured_origins_replace_the_default(make_settings: Callable[..., Settings]) -> None:
+    settings = make_settings(allowed_origins=("https://hope.example",))
+    await add_account(settings, "alice")
+    async with AsyncTestClient(create_app(settings), base_url=BASE) as client:
+        assert (await login(client)).status_code == 200
+        assert (await client.post("/api/auth/logout", headers={"Origin": BASE})).status_code == 403
+        assert (await client.post("/api/auth/logout", headers={"Origin": "https://hope.example"})).status_code == 200
+
+
+async def test_bearer_mutation_needs_no_origin(client: AsyncTestClient[object]) -> None:
+    token = (await login(client)).json()["token"]
+    client.cookies.clear()
+    response = await client.post("/api/auth/logout", headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code == 200
+
+
+async def test_logout_revokes_the_session(client: AsyncTestClient[object]) -> None:
+    token = (await login(client)).json()["token"]
+    assert (await client.post("/api/auth/logout", headers={"Origin": BASE})).status_code == 200
+    client.cookies.clear()
+    assert (await client.get("/api/me", headers={"Authorization": f"Bearer {token}"})).status_code == 401
+    client.cookies.set("hope_session", token)
+    assert (await client.get("/api/me")).status_code == 401
+
+
+async def test_expired_session_is_401(make_settings: Callable[..., Settings]) -> None:
+    settings = make_settings(session_ttl_seconds=1)
+    await add_account(settings, "alice")
+    async with AsyncTestClient(create_app(settings), base_url=BASE) as client:
+        token = (await login(client)).json()["token"]
+        assert (await client.get("/api/me")).status_code == 200
+        await asyncio.sleep(1.2)
+        assert (await client.get("/api/me")).status_code == 401
+        client.cookies.clear()
+        assert (await client.get("/api/me", headers={"Authorization": f"Bearer {token}"})).status_code == 401
+
+
+async def test_disabled_account_is_401(client: AsyncTestClient[object], settings: Settings) -> None:
+    _, token = await add_account(settings, "carol")
+    assert (await client.get("/api/me", headers={"Authorization": f"Bearer {token}"})).status_code == 200
+    db = Database(settings.database_path)
+    await db.open()
+    await Accounts(db).set_disabled("carol")
+    await db.close()
+    assert (await client.get("/api/me", headers={"Authorization": f"Bearer {token}"})).status_code == 401
+    assert (await login(client, username="carol")).status_code == 401
+
+
+async def test_database_holds_no_token_in_clear(client: AsyncTestClient[object], settings: Settings) -> None:
+    session_token = (await login(client)).json()["token"]
+    _, api_token = await add_account(settings, "dave")
+    conn = sqlite3.connect(settings.database_path)
+    dump = "\n".join(conn.iterdump())
+    conn.close()
+    raw = b"".join(p.read_bytes() for p in Path(settings.database_path).parent.glob("pheby.sqlite3*"))
+    for token in (session_token, api_token):
+        assert token not in dump
+        assert token.encode() not in raw
+    assert "pw-123456" not in dump

@@ -1,0 +1,79 @@
+"""The `pheby` console command: accounts, tokens, disabling, and the one-worker rule."""
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pheby.cli import main
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_account_lifecycle(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO("hunter2-long\n"))
+    code, out, _ = run_cli(capsys, "--data-dir", str(tmp_path), "account", "create", "alice", "--password-stdin")
+    assert code == 0
+    created = json.loads(out)
+    assert created["name"] == "alice"
+    assert len(created["id"]) == 32
+
+    code, out, _ = run_cli(capsys, "--data-dir", str(tmp_path), "account", "token", "alice")
+    assert code == 0
+    assert json.loads(out)["token"].startswith("phb_")
+
+    code, _, err = run_cli(capsys, "--data-dir", str(tmp_path), "account", "create", "alice")
+    assert code == 1
+    assert "already exists" in err
+
+    code, out, _ = run_cli(capsys, "--data-dir", str(tmp_path), "account", "disable", "alice")
+    assert code == 0
+    assert json.loads(out)["disabled"] is True
+
+    code, _, err = run_cli(capsys, "--data-dir", str(tmp_path), "account", "token", "nobody")
+    assert code == 1
+    assert "not found" in err.lower()
+
+
+def test_data_dir_from_environment(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PHEBY_DATA_DIR", str(tmp_path / "env-dir"))
+    code, _, _ = run_cli(capsys, "account", "create", "zoe")
+    assert code == 0
+    assert (tmp_path / "env-dir" / "pheby.sqlite3").exists()
+
+
+def test_serve_refuses_more_than_one_worker(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "pheby.cli", "serve", "--workers", "2", "--data-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert "one worker" in lines[0]
+
+
+def test_bad_setting_stops_with_one_line(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "pheby.cli", "serve", "--data-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "PHEBY_PORT": "not-a-port"},
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert "PHEBY_PORT" in result.stderr
