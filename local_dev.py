@@ -36,7 +36,7 @@ def main() -> int:
                 "hermes_url": demo.base_url,
                 "hermes_api_key": demo.api_key,
                 "hermes_dashboard_url": demo.base_url,
-                "hermes_dashboard_token": demo.api_key,
+                "hermes_dashboard_token": demo.dashboard_token,
                 "media_roots": (media_dir,),
             }
             hermes_line = f"Hermes: demo agent, no LLM, at {demo.base_url}"

@@ -21,6 +21,7 @@ def configure_logging(log_format: str) -> None:
         else "%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     logging.basicConfig(level=logging.INFO, format=fmt, stream=sys.stderr)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per Hermes request is noise
 
 
 def build_uvicorn_config(settings: Settings) -> uvicorn.Config:

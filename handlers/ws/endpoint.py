@@ -148,12 +148,10 @@ def _decode(raw: bytes | str) -> ClientMessage:
         raise FrameError("too_large", f"Frames are limited to {MAX_FRAME_BYTES} bytes", _peek_request_id(raw))
     try:
         message: ClientMessage = DECODER.decode(raw)
-    except msgspec.DecodeError:
-        if not _is_json(raw):
-            raise FrameError("invalid_json", "The frame is not valid JSON") from None
-        raise FrameError("bad_request", "Messages are JSON objects with a type", _peek_request_id(raw)) from None
-    except msgspec.ValidationError as exc:
+    except msgspec.ValidationError as exc:  # a subclass of DecodeError, so it goes first
         raise _validation_error(raw, str(exc)) from None
+    except msgspec.DecodeError:
+        raise FrameError("invalid_json", "The frame is not valid JSON") from None
     return message
 
 
@@ -190,14 +188,6 @@ def _peek_request_id(raw: bytes | str) -> str | UnsetType:
     except msgspec.MsgspecError:
         return UNSET
     return UNSET if request_id is None else request_id
-
-
-def _is_json(raw: bytes | str) -> bool:
-    try:
-        msgspec.json.decode(raw)
-    except msgspec.DecodeError:
-        return False
-    return True
 
 
 def _rid(message: ClientMessage) -> str | UnsetType:

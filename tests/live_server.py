@@ -1,0 +1,99 @@
+"""A real uvicorn server running the app on a loopback port, for end-to-end tests.
+
+The server runs in a background thread of the test process (its own event loop), built by the
+same `build_uvicorn_config` that `pheby serve` uses, and is stopped at the end of the test.
+"""
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import uvicorn
+
+from pheby.server import build_uvicorn_config
+from pheby.settings import Settings
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass(frozen=True)
+class LiveServer:
+    settings: Settings
+    base_url: str
+    ws_url: str
+    server: uvicorn.Server
+
+    @property
+    def secret(self) -> str:
+        return self.settings.secret
+
+
+class _Runner:
+    def __init__(self, settings: Settings) -> None:
+        self.server = uvicorn.Server(build_uvicorn_config(settings))
+        self.thread = threading.Thread(target=self.server.run, name="uvicorn-test", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=20)
+
+
+@pytest.fixture
+def start_live_server() -> Iterator[Callable[[Settings], LiveServer]]:
+    """Start servers on demand (several per test if needed); all are stopped at the end."""
+    runners: list[_Runner] = []
+
+    def start(settings: Settings) -> LiveServer:
+        runner = _Runner(settings)
+        runner.start()
+        runners.append(runner)
+        base = f"http://{settings.host}:{settings.port}"
+        return LiveServer(settings, base, f"ws://{settings.host}:{settings.port}/ws", runner.server)
+
+    yield start
+    for runner in reversed(runners):
+        runner.stop()
+
+
+@pytest.fixture
+def live_settings(make_settings: Callable[..., Settings], demo_hermes: Any) -> Callable[..., Settings]:
+    """Settings for a live server on a free port against the shared demo Hermes."""
+
+    def make(**overrides: Any) -> Settings:
+        values: dict[str, Any] = {
+            "port": free_port(),
+            "hermes_url": demo_hermes.base_url,
+            "hermes_api_key": demo_hermes.api_key,
+            "hermes_dashboard_url": demo_hermes.base_url,
+            "hermes_dashboard_token": demo_hermes.dashboard_token,
+            "media_roots": (demo_hermes.media_dir,),
+            "ws_hello_timeout": 1.0,
+        }
+        values.update(overrides)
+        return make_settings(**values)
+
+    return make
+
+
+@pytest.fixture
+def live_server(
+    start_live_server: Callable[[Settings], LiveServer], live_settings: Callable[..., Settings]
+) -> LiveServer:
+    return start_live_server(live_settings())

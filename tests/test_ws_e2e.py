@@ -1,0 +1,658 @@
+"""The Pheby protocol end to end: a real uvicorn server, the `websockets` client, the demo Hermes.
+
+Every frame any client receives here is scanned at the end of each test for things that must
+never reach a client: server paths, the Hermes URL and key, the owner secret.
+"""
+
+import asyncio
+import itertools
+import json
+import re
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from demo_hermes import DemoHermesServer
+from hermes_client import HermesNotFound
+from pheby.accounts import Accounts, HermesAccountSettings
+from pheby.db import Database
+from pheby.settings import Settings
+from tests.live_server import LiveServer
+from tests.ws_client import Frame, PhebyClient
+
+pytestmark = [pytest.mark.anyio, pytest.mark.live]
+MiB = 1024 * 1024
+ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?\+00:00$")
+
+
+@pytest.fixture
+def clients(live_server: LiveServer, demo_hermes: DemoHermesServer) -> Iterator[list[PhebyClient]]:
+    """Clients opened by the test; their frames are scanned for leaks afterwards."""
+    opened: list[PhebyClient] = []
+    yield opened
+    forbidden = [
+        live_server.secret,
+        str(live_server.settings.data_dir),
+        demo_hermes.base_url,
+        demo_hermes.api_key,
+        demo_hermes.dashboard_token,
+        str(demo_hermes.media_dir),
+    ]
+    for client in opened:
+        for frame in client.frames:
+            text = json.dumps(frame)
+            for secret in forbidden:
+                assert secret not in text, f"{frame['type']} leaked {secret!r}"
+
+
+@pytest.fixture
+def connect(live_server: LiveServer, clients: list[PhebyClient]) -> Callable[..., Any]:
+    async def open_client(secret: str | None = live_server.secret, **kwargs: Any) -> PhebyClient:
+        client = await PhebyClient.connect(live_server.ws_url, secret, **kwargs)
+        clients.append(client)
+        return client
+
+    return open_client
+
+
+@pytest.fixture
+async def owner(connect: Callable[..., Any]) -> AsyncIterator[PhebyClient]:
+    client = await connect()
+    yield client
+    await client.close()
+
+
+async def new_conversation(client: PhebyClient, name: str = "Test chat") -> str:
+    created = await client.request("conversation.create", "conversation.created", name=name)
+    conversation_id: str = created["conversation_id"]
+    return conversation_id
+
+
+async def run_to_end(client: PhebyClient, conversation_id: str, text: str, timeout: float = 20) -> list[Frame]:
+    """Send a chat and return every frame of that run, from run.accepted to run.finished."""
+    start = len(client.frames)
+    accepted = await client.request("chat.send", "run.accepted", conversation_id=conversation_id, text=text)
+    assert accepted["type"] == "run.accepted", accepted
+    await client.expect("run.finished", timeout=timeout, run_id=accepted["run_id"])
+    return [f for f in client.frames[start:] if f.get("conversation_id") == conversation_id]
+
+
+def of_types(frames: list[Frame], *types: str) -> list[Frame]:
+    return [f for f in frames if f["type"] in types]
+
+
+async def add_account(settings: Settings, name: str, hermes: HermesAccountSettings | None = None) -> str:
+    db = Database(settings.database_path)
+    await db.open()
+    try:
+        accounts = Accounts(db)
+        account = await accounts.create(name)
+        if hermes is not None:
+            await accounts.set_hermes(name, hermes)
+        return (await accounts.issue_token(account.id, "api", None)).token
+    finally:
+        await db.close()
+
+
+# --- handshake -------------------------------------------------------------------------------
+
+
+async def test_hello_ready_ping_and_timestamps(connect: Callable[..., Any], live_server: LiveServer) -> None:
+    client = await connect(secret=None)
+    await client.send("hello", secret=live_server.secret, protocol_version=1, request_id="h1")
+    ready = await client.expect("ready")
+    assert ready["protocol_version"] == 1
+    assert ready["server"] == "pheby"
+    assert ready["request_id"] == "h1"
+    assert ISO_UTC.match(ready["ts"])
+    pong = await client.request("ping", "pong", request_id="p1")
+    assert pong["type"] == "pong"
+    assert pong["request_id"] == "p1"
+    assert ISO_UTC.match(pong["ts"])
+
+
+@pytest.mark.parametrize(
+    ("first_frame", "code"),
+    [
+        ({"type": "hello", "secret": "wrong-secret", "protocol_version": 1}, "unauthorized"),
+        ({"type": "hello", "secret": "SECRET", "protocol_version": 2}, "version_mismatch"),
+        ({"type": "ping"}, "unauthorized"),
+    ],
+)
+async def test_failed_hello_is_answered_and_closed(
+    connect: Callable[..., Any], live_server: LiveServer, first_frame: dict[str, Any], code: str
+) -> None:
+    client = await connect(secret=None)
+    if first_frame.get("secret") == "SECRET":
+        first_frame["secret"] = live_server.secret
+    await client.send_raw(json.dumps({**first_frame, "request_id": "h"}))
+    error = await client.expect("error")
+    assert error["error"]["code"] == code
+    assert error["request_id"] == "h"
+    assert await client.closed() is not None
+
+
+async def test_auth_timeout(connect: Callable[..., Any]) -> None:
+    client = await connect(secret=None)  # the test server allows 1 s for hello
+    error = await client.expect("error", timeout=5)
+    assert error["error"]["code"] == "auth_timeout"
+    assert await client.closed() is not None
+
+
+async def test_lockout_after_five_failed_hellos(connect: Callable[..., Any], live_server: LiveServer) -> None:
+    for _ in range(5):
+        client = await connect(secret=None)
+        await client.send("hello", secret="wrong-secret-value", protocol_version=1)
+        assert (await client.expect("error"))["error"]["code"] == "unauthorized"
+        await client.closed()
+    locked = await connect(secret=None)
+    await locked.send("hello", secret=live_server.secret, protocol_version=1)
+    error = await locked.expect("error")
+    assert error["error"]["code"] == "rate_limited"
+    assert await locked.closed() is not None
+
+
+async def test_forwarded_for_counts_only_from_trusted_proxies(
+    start_live_server: Callable[[Settings], LiveServer],
+    live_settings: Callable[..., Settings],
+    clients: list[PhebyClient],
+) -> None:
+    server = start_live_server(live_settings(trusted_proxies=("127.0.0.1",)))
+
+    async def hello(forwarded_for: str, secret: str) -> str:
+        client = await PhebyClient.connect(server.ws_url, None, additional_headers={"X-Forwarded-For": forwarded_for})
+        clients.append(client)
+        await client.send("hello", secret=secret, protocol_version=1)
+        frame = await client.wait_for(lambda f: f["type"] in ("ready", "error"))
+        await client.close()
+        return "ready" if frame["type"] == "ready" else frame["error"]["code"]
+
+    for _ in range(5):
+        assert await hello("203.0.113.7", "wrong-secret-value") == "unauthorized"
+    assert await hello("203.0.113.7", server.secret) == "rate_limited"
+    assert await hello("203.0.113.8", server.secret) == "ready"  # another client behind the same proxy
+
+
+# --- errors and limits -----------------------------------------------------------------------
+
+
+async def test_bad_frames_are_answered_and_the_connection_stays_open(owner: PhebyClient) -> None:
+    async def error_for(raw: str | bytes) -> Frame:
+        await owner.send_raw(raw)
+        return await owner.expect("error")
+
+    assert (await error_for("{not json"))["error"]["code"] == "invalid_json"
+    unknown = await error_for(json.dumps({"type": "teleport", "request_id": "u1"}))
+    assert unknown["error"]["code"] == "unknown_type"
+    assert unknown["request_id"] == "u1"
+    missing = await error_for(json.dumps({"type": "conversation.rename", "request_id": "b1"}))
+    assert missing["error"]["code"] == "bad_request"
+    assert missing["request_id"] == "b1"
+    mistyped = await error_for(json.dumps({"type": "conversation.open", "conversation_id": 7}))
+    assert mistyped["error"]["code"] == "bad_request"
+    extra = await error_for(json.dumps({"type": "ping", "surprise": True}))
+    assert extra["error"]["code"] == "bad_request"
+    assert (await error_for(json.dumps(["ping"])))["error"]["code"] == "bad_request"
+    assert (await error_for(json.dumps({"no": "type"})))["error"]["code"] == "bad_request"
+    pong = await owner.request("ping", "pong")
+    assert pong["type"] == "pong"
+
+
+async def test_frame_over_two_mib_is_answered_too_large(owner: PhebyClient) -> None:
+    frame = json.dumps({"type": "ping", "request_id": "big", "pad": ""})
+    padding = "x" * (2 * MiB + 1 - len(frame))
+    raw = frame.replace('"pad": ""', f'"pad": "{padding}"')
+    assert len(raw.encode()) == 2 * MiB + 1
+    await owner.send_raw(raw)
+    error = await owner.expect("error")
+    assert error["error"]["code"] == "too_large"
+    assert error["request_id"] == "big"
+    assert (await owner.request("ping", "pong"))["type"] == "pong"
+
+
+async def test_chat_limits(owner: PhebyClient) -> None:
+    conversation_id = await new_conversation(owner)
+    long_text = await owner.request("chat.send", "run.accepted", conversation_id=conversation_id, text="x" * 64_001)
+    assert long_text["error"]["code"] == "too_large"
+    blank = await owner.request("chat.send", "run.accepted", conversation_id=conversation_id, text="   ")
+    assert blank["error"]["code"] == "bad_request"
+    unknown = await owner.request("chat.send", "run.accepted", conversation_id="f" * 32, text="hi")
+    assert unknown["error"]["code"] == "conversation_not_found"
+    too_many = await owner.request(
+        "chat.send",
+        "run.accepted",
+        conversation_id=conversation_id,
+        text="hi",
+        attachment_ids=[str(i) for i in range(11)],
+    )
+    assert too_many["error"]["code"] == "bad_request"
+
+
+async def test_internal_error_reveals_nothing(
+    connect: Callable[..., Any], live_server: LiveServer, demo_hermes: DemoHermesServer
+) -> None:
+    # An account whose Hermes is not running: the run can't start.
+    token = await add_account(
+        live_server.settings, "offline", HermesAccountSettings(url="http://127.0.0.1:9", api_key="k" * 20)
+    )
+    client = await connect(secret=token)
+    conversation_id = await new_conversation(client)
+    error = await client.request("chat.send", "run.accepted", conversation_id=conversation_id, text="hi")
+    assert error["error"]["code"] == "internal_error"
+    assert "127.0.0.1" not in error["error"]["message"]
+    assert (await client.request("ping", "pong"))["type"] == "pong"
+
+
+# --- conversations ---------------------------------------------------------------------------
+
+
+async def test_conversation_lifecycle_and_broadcasts(connect: Callable[..., Any]) -> None:
+    first, second = await connect(), await connect()
+    created = await first.request("conversation.create", "conversation.created", name="Project X")
+    conversation_id = created["conversation_id"]
+    assert re.fullmatch(r"[0-9a-f]{32}", conversation_id)
+    assert created["name"] == "Project X"
+    for client in (first, second):
+        await client.expect("conversation.updated", conversation_id=conversation_id, name="Project X")
+
+    unnamed = await first.request("conversation.create", "conversation.created")
+    assert unnamed["name"] == "New chat"
+
+    listing = await second.request("conversation.list", "conversation.snapshot")
+    entry = next(c for c in listing["conversations"] if c["conversation_id"] == conversation_id)
+    assert entry == {
+        "conversation_id": conversation_id,
+        "name": "Project X",
+        "session_id": None,
+        "last_active": None,
+        "source": "hermes",
+    }
+
+    renamed = await first.request(
+        "conversation.rename", "conversation.renamed", conversation_id=conversation_id, name="Y"
+    )
+    assert renamed["name"] == "Y"
+    await second.wait_for(lambda f: f["type"] == "conversation.renamed" and "request_id" not in f)
+
+    opened = await first.request("conversation.open", "conversation.history", conversation_id=conversation_id)
+    assert opened["messages"] == []
+    assert opened["has_more"] is False
+    assert opened["run"] is None
+    for key in ("attachments", "tools", "approvals", "clarifications"):
+        assert opened[key] == []
+
+    deleted = await first.request("conversation.delete", "conversation.deleted", conversation_id=conversation_id)
+    assert deleted["type"] == "conversation.deleted"
+    for request, reply in (
+        ("conversation.open", "conversation.history"),
+        ("conversation.rename", "conversation.renamed"),
+        ("conversation.delete", "conversation.deleted"),
+        ("yolo.current", "yolo.snapshot"),
+    ):
+        extra = {"name": "z"} if request == "conversation.rename" else {}
+        gone = await first.request(request, reply, conversation_id=conversation_id, **extra)
+        assert gone["error"]["code"] == "conversation_not_found"
+
+
+async def test_delete_removes_the_hermes_session(owner: PhebyClient, demo_hermes: DemoHermesServer) -> None:
+    from tests.demo_hermes_server import client_for
+
+    conversation_id = await new_conversation(owner)
+    await run_to_end(owner, conversation_id, "remember me")
+    listing = await owner.request("conversation.list", "conversation.snapshot")
+    session_id = next(c for c in listing["conversations"] if c["conversation_id"] == conversation_id)["session_id"]
+    assert session_id
+    async with client_for(demo_hermes) as hermes:
+        assert await hermes.session_messages(session_id)
+        await owner.request("conversation.delete", "conversation.deleted", conversation_id=conversation_id)
+        with pytest.raises(HermesNotFound):
+            await hermes.get_session(session_id)
+
+
+# --- runs ------------------------------------------------------------------------------------
+
+
+async def test_streamed_run_follows_the_state_machine(owner: PhebyClient) -> None:
+    conversation_id = await new_conversation(owner)
+    frames = await run_to_end(owner, conversation_id, "hello there")
+    kinds = [f["type"] for f in frames]
+    assert kinds[0] == "run.accepted"
+    assert kinds[1] == "message.start"
+    assert kinds[-2:] == ["message.complete", "run.finished"]
+    assert set(kinds[2:-2]) == {"message.delta"}
+    deltas = of_types(frames, "message.delta")
+    assert len(deltas) >= 3
+    for before, after in itertools.pairwise(deltas):
+        assert after["text"].startswith(before["text"])  # cumulative
+    complete = of_types(frames, "message.complete")[0]
+    assert complete["text"] == "You said: hello there"
+    start = of_types(frames, "message.start")[0]
+    assert start["message_id"] == complete["message_id"] == deltas[0]["message_id"]
+    finished = frames[-1]
+    assert finished["status"] == "completed"
+    assert "error" not in finished
+    assert all(ISO_UTC.match(f["ts"]) for f in frames)
+
+    history = await owner.request("conversation.open", "conversation.history", conversation_id=conversation_id)
+    assert [(m["role"], m["text"]) for m in history["messages"]] == [
+        ("user", "hello there"),
+        ("assistant", "You said: hello there"),
+    ]
+    again = await owner.request("conversation.open", "conversation.history", conversation_id=conversation_id)
+    assert [m["message_id"] for m in again["messages"]] == [m["message_id"] for m in history["messages"]]
+
+
+async def test_history_pages_and_feeds_the_next_run(owner: PhebyClient) -> None:
+    conversation_id = await new_conversation(owner)
+    for text in ("one", "two"):
+        await run_to_end(owner, conversation_id, text)
+    echo = of_types(await run_to_end(owner, conversation_id, "/demo echo"), "message.complete")[0]["text"]
+    assert "history=4" in echo.replace(" ", "")  # the earlier turns went to Hermes as conversation_history
+
+    newest = await owner.request("conversation.open", "conversation.history", conversation_id=conversation_id, limit=2)
+    assert len(newest["messages"]) == 2
+    assert newest["has_more"] is True
+    assert newest["messages"][-1]["role"] == "assistant"
+    older = await owner.request(
+        "conversation.open",
+        "conversation.history",
+        conversation_id=conversation_id,
+        limit=500,
+        before_message_id=newest["messages"][0]["message_id"],
+    )
+    assert [m["text"] for m in older["messages"]][:2] == ["one", "You said: one"]
+    assert older["has_more"] is False
+    capped = await owner.request(
+        "conversation.open", "conversation.history", conversation_id=conversation_id, limit=100000
+    )
+    assert capped["type"] == "conversation.history"
+
+
+async def test_one_run_per_conversation_and_cancel(owner: PhebyClient) -> None:
+    conversation_id = await new_conversation(owner)
+    accepted = await owner.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo slow")
+    run_id = accepted["run_id"]
+    await owner.expect("message.delta")
+    busy = await owner.request("chat.send", "run.accepted", conversation_id=conversation_id, text="again")
+    assert busy["error"]["code"] == "run_active"
+    stale = await owner.request("run.cancel", "run.finished", conversation_id=conversation_id, run_id="0" * 32)
+    assert stale["error"]["code"] == "not_found"
+    await owner.send("run.cancel", conversation_id=conversation_id, run_id=run_id)
+    finished = await owner.expect("run.finished", run_id=run_id, timeout=5)
+    assert finished["status"] == "cancelled"
+    await asyncio.sleep(0.5)
+    assert len(owner.seen("run.finished", run_id=run_id)) == 1
+    late = await owner.request("run.cancel", "run.finished", conversation_id=conversation_id, run_id=run_id)
+    assert late["error"]["code"] == "not_found"
+    # The conversation is consistent and usable again.
+    frames = await run_to_end(owner, conversation_id, "after cancel")
+    assert frames[-1]["status"] == "completed"
+
+
+async def test_failed_run(owner: PhebyClient) -> None:
+    conversation_id = await new_conversation(owner)
+    frames = await run_to_end(owner, conversation_id, "/demo fail")
+    finished = frames[-1]
+    assert finished["status"] == "failed"
+    assert finished["error"]
+    assert [f["type"] for f in frames[:2]] == ["run.accepted", "message.start"]
+
+
+async def test_tool_events_are_structured_and_redacted(owner: PhebyClient) -> None:
+    conversation_id = await new_conversation(owner)
+    frames = await run_to_end(owner, conversation_id, "/demo tool")
+    tools = of_types(frames, "tool.event")
+    assert [t["status"] for t in tools] == ["running", "completed"]
+    running, completed = tools
+    assert running["tool_call_id"] == completed["tool_call_id"]
+    assert running["tool_name"] == "web_search"
+    assert running["run_id"] == frames[0]["run_id"]
+    assert running["args_redacted"] == {"query": "cats", "api_key": "[redacted]"}
+    assert "args_redacted" not in completed
+    assert isinstance(completed["duration_ms"], int)
+    assert "sk-demo-0000" not in json.dumps(frames)
+    for message in of_types(frames, "message.delta", "message.complete"):
+        assert "web_search" not in message["text"]
+
+    failing = of_types(await run_to_end(owner, conversation_id, "/demo tool-fail"), "tool.event")
+    assert [t["status"] for t in failing] == ["running", "failed"]
+    assert failing[1]["error"]
+
+
+async def test_approval_once_and_deny(connect: Callable[..., Any]) -> None:
+    first, second = await connect(), await connect()
+    conversation_id = await new_conversation(first)
+    await first.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo approve")
+    request = await first.expect("approval.request")
+    await second.expect("approval.request", approval_id=request["approval_id"])
+    assert request["command"] == "rm -rf /tmp/build-output"
+    assert request["description"] == "Destructive shell command (rm -rf)"
+    assert request["choices"] == ["once", "session", "always", "deny"]
+    assert request["session_key"].endswith(conversation_id)
+    await second.send("approval.respond", approval_id=request["approval_id"], choice="once", request_id="appr-1")
+    for client in (first, second):
+        resolved = await client.expect("approval.resolved", approval_id=request["approval_id"])
+        assert resolved["choice"] == "once"
+        assert resolved["accepted"] is True
+        assert resolved["request_id"] == "appr-1"
+    complete = await first.expect("message.complete")
+    assert complete["text"].startswith("Approved (once)")
+    await first.expect("run.finished")
+    assert len(first.seen("approval.resolved", approval_id=request["approval_id"])) == 1
+    again = await first.request(
+        "approval.respond", "approval.resolved", approval_id=request["approval_id"], choice="once"
+    )
+    assert again["error"]["code"] == "approval_not_found"
+    bad_choice = await first.request("approval.respond", "approval.resolved", approval_id="x", choice="maybe")
+    assert bad_choice["error"]["code"] == "bad_request"
+
+    await first.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo approve")
+    denied = await first.expect("approval.request")
+    await first.send("approval.respond", approval_id=denied["approval_id"], choice="deny", reason="not today")
+    await first.expect("approval.resolved", approval_id=denied["approval_id"], choice="deny")
+    assert (await first.expect("message.complete"))["text"].startswith("Denied")
+
+
+async def test_session_approval_covers_later_runs_of_the_conversation(owner: PhebyClient) -> None:
+    conversation_id = await new_conversation(owner)
+    await owner.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo approve")
+    request = await owner.expect("approval.request")
+    await owner.send("approval.respond", approval_id=request["approval_id"], choice="session")
+    await owner.expect("run.finished")
+    second = await run_to_end(owner, conversation_id, "/demo approve")
+    assert of_types(second, "approval.request") == []
+    assert of_types(second, "message.complete")[0]["text"].startswith("Approved (once)")
+    # Another conversation still asks.
+    other = await new_conversation(owner)
+    await owner.request("chat.send", "run.accepted", conversation_id=other, text="/demo approve")
+    asked = await owner.expect("approval.request", conversation_id=other)
+    await owner.send("approval.respond", approval_id=asked["approval_id"], choice="deny")
+    await owner.expect("run.finished", conversation_id=other)
+
+
+async def test_clarify(connect: Callable[..., Any]) -> None:
+    first, second = await connect(), await connect()
+    conversation_id = await new_conversation(first)
+    await first.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo clarify")
+    request = await first.expect("clarify.request")
+    assert request["question"] == "Deploy to staging or production?"
+    assert request["choices"] == ["staging", "production"]
+    assert request["allow_free_text"] is True
+    await second.send("clarify.respond", clarify_id=request["clarify_id"], response="production", request_id="c-1")
+    for client in (first, second):
+        resolved = await client.expect("clarify.resolved", clarify_id=request["clarify_id"])
+        assert resolved["accepted"] is True
+        assert resolved["request_id"] == "c-1"
+    assert (await first.expect("message.complete"))["text"] == "You chose: production"
+    stale = await first.request("clarify.respond", "clarify.resolved", clarify_id=request["clarify_id"], response="x")
+    assert stale["error"]["code"] == "clarify_not_found"
+
+
+async def test_yolo_is_per_conversation_and_survives_restart(
+    start_live_server: Callable[[Settings], LiveServer],
+    live_settings: Callable[..., Settings],
+    clients: list[PhebyClient],
+) -> None:
+    settings = live_settings()
+    server = start_live_server(settings)
+    owner = await PhebyClient.connect(server.ws_url, server.secret)
+    clients.append(owner)
+    conversation_id = await new_conversation(owner, "Risky")
+    not_bool = await owner.request("yolo.set", "yolo.changed", conversation_id=conversation_id, enabled="yes")
+    assert not_bool["error"]["code"] == "bad_request"
+    changed = await owner.request("yolo.set", "yolo.changed", conversation_id=conversation_id, enabled=True)
+    assert changed == {**changed, "enabled": True, "scope": "conversation", "conversation_id": conversation_id}
+    await owner.wait_for(lambda f: f["type"] == "yolo.changed" and "request_id" not in f)
+    frames = await run_to_end(owner, conversation_id, "/demo approve")
+    assert of_types(frames, "approval.request") == []
+    assert of_types(frames, "message.complete")[0]["text"].startswith("Approved (once)")
+    unknown = await owner.request("yolo.set", "yolo.changed", conversation_id="0" * 32, enabled=True)
+    assert unknown["error"]["code"] == "conversation_not_found"
+    await owner.close()
+
+    server.server.should_exit = True
+    await asyncio.sleep(1.5)
+    restarted = start_live_server(settings)
+    again = await PhebyClient.connect(restarted.ws_url, restarted.secret)
+    clients.append(again)
+    current = await again.request("yolo.current", "yolo.snapshot", conversation_id=conversation_id)
+    assert current["enabled"] is True
+    listing = await again.request("conversation.list", "conversation.snapshot")
+    assert any(c["conversation_id"] == conversation_id and c["name"] == "Risky" for c in listing["conversations"])
+    await again.close()
+
+
+async def test_accounts_only_see_their_own_events(connect: Callable[..., Any], live_server: LiveServer) -> None:
+    first, second = await connect(), await connect()
+    bob = await connect(secret=await add_account(live_server.settings, "bob"))
+    conversation_id = await new_conversation(first)
+    await run_to_end(first, conversation_id, "/demo tool")
+    await second.expect("run.finished")
+
+    def run_frames(client: PhebyClient) -> list[tuple[str, str]]:
+        return [
+            (f["type"], f["ts"])
+            for f in client.frames
+            if f.get("conversation_id") == conversation_id and f["type"] != "conversation.created"
+        ]
+
+    assert run_frames(second) == run_frames(first)  # the same frames, in the same order
+    await asyncio.sleep(0.3)
+    assert [f["type"] for f in bob.frames] == ["ready"]
+    not_yours = await bob.request("conversation.open", "conversation.history", conversation_id=conversation_id)
+    assert not_yours["error"]["code"] == "conversation_not_found"
+    listing = await bob.request("conversation.list", "conversation.snapshot")
+    assert listing["conversations"] == []
+
+
+async def test_reconnect_mid_run_recovers_the_snapshot(connect: Callable[..., Any]) -> None:
+    client = await connect()
+    conversation_id = await new_conversation(client)
+    accepted = await client.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo slow")
+    await client.expect("message.delta")
+    await client.close()
+    await asyncio.sleep(0.3)
+
+    back = await connect()
+    opened = await back.request("conversation.open", "conversation.history", conversation_id=conversation_id)
+    run = opened["run"]
+    assert run["run_id"] == accepted["run_id"]
+    assert run["status"] == "running"
+    assert run["text"].startswith("You said") or run["text"]
+    delta = await back.expect("message.delta")
+    assert delta["text"].startswith(run["text"][: len(run["text"]) - 5])
+    await back.send("run.cancel", conversation_id=conversation_id, run_id=run["run_id"])
+    await back.expect("run.finished", run_id=run["run_id"])
+
+
+async def test_reconnect_recovers_a_pending_approval(connect: Callable[..., Any]) -> None:
+    client = await connect()
+    conversation_id = await new_conversation(client)
+    await client.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo approve")
+    request = await client.expect("approval.request")
+    await client.close()
+    back = await connect()
+    opened = await back.request("conversation.open", "conversation.history", conversation_id=conversation_id)
+    assert opened["run"]["status"] == "waiting_for_approval"
+    assert [a["approval_id"] for a in opened["approvals"]] == [request["approval_id"]]
+    await back.send("approval.respond", approval_id=request["approval_id"], choice="deny")
+    await back.expect("run.finished")
+
+
+# --- models and reasoning --------------------------------------------------------------------
+
+
+async def test_models_and_reasoning(
+    start_live_server: Callable[[Settings], LiveServer],
+    live_settings: Callable[..., Settings],
+    make_demo_hermes: Callable[..., DemoHermesServer],
+    clients: list[PhebyClient],
+) -> None:
+    hermes = make_demo_hermes()  # a private double: this test changes its global model
+    server = start_live_server(
+        live_settings(
+            hermes_url=hermes.base_url,
+            hermes_api_key=hermes.api_key,
+            hermes_dashboard_url=hermes.base_url,
+            hermes_dashboard_token=hermes.dashboard_token,
+        )
+    )
+    owner = await PhebyClient.connect(server.ws_url, server.secret)
+    watcher = await PhebyClient.connect(server.ws_url, server.secret)
+    clients.extend([owner, watcher])
+    conversation_id = await new_conversation(owner)
+
+    snapshot = await owner.request("models.list", "models.snapshot", conversation_id=conversation_id)
+    assert snapshot["providers"]
+    provider = snapshot["providers"][0]
+    assert set(provider) == {"slug", "name", "is_current", "models", "total_models"}
+    assert snapshot["supported_reasoning_efforts"] == ["minimal", "low", "medium", "high", "xhigh", "max", "ultra"]
+    current = await owner.request("models.current", "model.current")
+    assert current["model"] == snapshot["current_model"]
+
+    target = next(m for p in snapshot["providers"] for m in p["models"] if m != snapshot["current_model"])
+    target_provider = next(p["slug"] for p in snapshot["providers"] if target in p["models"])
+    changed = await owner.request("model.set", "model.changed", model=target, provider=target_provider)
+    assert changed["scope"] == "global"
+    await watcher.wait_for(lambda f: f["type"] == "model.changed" and f["model"] == target)
+    assert (await owner.request("models.current", "model.current"))["model"] == target
+    scoped = await owner.request("model.set", "model.changed", model=target, conversation_id=conversation_id)
+    assert scoped["error"]["code"] == "not_implemented"
+    assert "conversation" in scoped["error"]["message"]
+
+    reasoning = await owner.request("reasoning.current", "reasoning.snapshot", conversation_id=conversation_id)
+    assert reasoning["supported_efforts"][0] == "none"
+    assert isinstance(reasoning["enabled"], bool)
+    set_high = await owner.request("reasoning.set", "reasoning.changed", effort="high")
+    assert set_high["effort"] == "high"
+    await watcher.wait_for(lambda f: f["type"] == "reasoning.changed" and f["effort"] == "high")
+    assert (await owner.request("reasoning.current", "reasoning.snapshot"))["effort"] == "high"
+    off = await owner.request("reasoning.set", "reasoning.changed", effort="none")
+    assert off["effort"] == "none"
+    assert (await owner.request("reasoning.current", "reasoning.snapshot"))["enabled"] is False
+    invalid = await owner.request("reasoning.set", "reasoning.changed", effort="turbo")
+    assert invalid["error"]["code"] == "bad_request"
+    per_conversation = await owner.request(
+        "reasoning.set", "reasoning.changed", effort="low", conversation_id=conversation_id
+    )
+    assert per_conversation["error"]["code"] == "not_implemented"
+
+
+async def test_models_without_a_dashboard_are_not_implemented(
+    start_live_server: Callable[[Settings], LiveServer],
+    live_settings: Callable[..., Settings],
+    clients: list[PhebyClient],
+) -> None:
+    server = start_live_server(live_settings(hermes_dashboard_url="", hermes_dashboard_token=""))
+    client = await PhebyClient.connect(server.ws_url, server.secret)
+    clients.append(client)
+    for request, reply in (("models.list", "models.snapshot"), ("reasoning.current", "reasoning.snapshot")):
+        answer = await client.request(request, reply)
+        assert answer["error"]["code"] == "not_implemented"
+        assert "dashboard" in answer["error"]["message"]
+
+
+def test_no_paths_in_this_module() -> None:
+    assert Path(__file__).name == "test_ws_e2e.py"

@@ -1,0 +1,113 @@
+"""Unit tests of the pieces under the WebSocket: redaction, MEDIA: tags, paging, fan-out."""
+
+import asyncio
+
+import pytest
+
+from pheby.events import HistoryMessage, Pong
+from pheby.history import page
+from pheby.hub import CLOSE_TRY_AGAIN_LATER, Connection, Hub
+from pheby.media_tags import media_paths, strip_media, visible_draft
+from pheby.redact import REDACTED, redact
+
+
+def test_redaction_is_recursive_and_case_insensitive() -> None:
+    args = {
+        "query": "cats",
+        "api_key": "sk-1",
+        "Authorization": "Bearer x",
+        "nested": {"clientSecret": "s", "list": [{"password": "p", "keep": 1}, {"X-Auth-Token": "t"}]},
+        "Cookie": "c",
+        "passwd": "p",
+        "private_key": "k",
+        "credentials": {"user": "u"},
+        "keyword": "fine",
+    }
+    assert redact(args) == {
+        "query": "cats",
+        "api_key": REDACTED,
+        "Authorization": REDACTED,
+        "nested": {"clientSecret": REDACTED, "list": [{"password": REDACTED, "keep": 1}, {"X-Auth-Token": REDACTED}]},
+        "Cookie": REDACTED,
+        "passwd": REDACTED,
+        "private_key": REDACTED,
+        "credentials": REDACTED,
+        "keyword": "fine",
+    }
+
+
+def test_media_tags_are_found_and_stripped() -> None:
+    text = "Here is the chart.\nMEDIA:/tmp/out/chart.png\nAnd `MEDIA:/tmp/out/notes.md` too."
+    assert media_paths(text) == ["/tmp/out/chart.png", "/tmp/out/notes.md"]
+    assert strip_media(text) == "Here is the chart.\n\nAnd  too."
+    assert "MEDIA" not in strip_media("MEDIA:/a.png")
+
+
+@pytest.mark.parametrize(
+    ("draft", "shown"),
+    [
+        ("Hello wor", "Hello wor"),
+        ("Here it is: M", "Here it is:"),
+        ("Here it is: MEDIA:/tmp/a", "Here it is:"),
+        ("Here it is: MEDIA:/tmp/a.png and", "Here it is:  and"),
+        ("Done.\nMEDIA:/tmp/a.png\n", "Done."),
+    ],
+)
+def test_drafts_hold_back_streaming_tags(draft: str, shown: str) -> None:
+    assert visible_draft(draft) == shown
+    assert "MEDIA" not in visible_draft(draft)
+
+
+def _messages(n: int) -> list[HistoryMessage]:
+    return [HistoryMessage(message_id=f"m{i}", role="user", text=str(i), ts=None) for i in range(1, n + 1)]
+
+
+def test_history_pages_newest_first_with_an_exclusive_cursor() -> None:
+    messages = _messages(5)
+    newest, more = page(messages, 2, None)
+    assert [m.message_id for m in newest] == ["m4", "m5"]
+    assert more
+    earlier, more = page(messages, 2, "m4")
+    assert [m.message_id for m in earlier] == ["m2", "m3"]
+    assert more
+    first, more = page(messages, 2, "m2")
+    assert [m.message_id for m in first] == ["m1"]
+    assert not more
+
+
+@pytest.mark.anyio
+async def test_slow_connection_is_closed_with_1013_without_delaying_others() -> None:
+    stuck = asyncio.Event()
+    closes: list[int] = []
+    fast_frames: list[str] = []
+
+    async def never_sends(_: str) -> None:
+        await stuck.wait()
+
+    async def fast_send(frame: str) -> None:
+        fast_frames.append(frame)
+
+    async def close(code: int, _: str) -> None:
+        closes.append(code)
+
+    hub = Hub()
+    slow = Connection("acct", never_sends, close, max_frames=4)
+    fast = Connection("acct", fast_send, close, max_frames=4)
+    other = Connection("other", fast_send, close)
+    for c in (slow, fast, other):
+        hub.add(c)
+        c.start()
+    for _ in range(10):
+        hub.broadcast("acct", Pong())
+        await asyncio.sleep(0.01)
+    assert slow.closed.is_set()
+    assert closes == [CLOSE_TRY_AGAIN_LATER]
+    assert len(fast_frames) == 10  # the other account got nothing; the fast one got everything
+    stuck.set()
+    for c in (slow, fast, other):
+        await c.drain_and_stop()
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"

@@ -1,0 +1,104 @@
+"""A small Pheby protocol client on the `websockets` library, for end-to-end tests.
+
+Every frame received is kept in `frames`, so tests can wait for one event while others arrive,
+and scan everything a client saw.
+"""
+
+import asyncio
+import itertools
+import json
+from collections.abc import Callable
+from typing import Any, Self
+
+from websockets.asyncio.client import ClientConnection, connect
+
+Frame = dict[str, Any]
+_ids = itertools.count(1)
+
+
+class PhebyClient:
+    def __init__(self, ws: ClientConnection) -> None:
+        self.ws = ws
+        self.frames: list[Frame] = []
+        self._cursor = 0
+        self._arrived = asyncio.Condition()
+        self._reader = asyncio.create_task(self._read())
+
+    @classmethod
+    async def connect(cls, url: str, secret: str | None = None, **kwargs: Any) -> Self:
+        """Connect; with a secret, also say hello and wait for `ready`."""
+        client = cls(await connect(url, max_size=None, **kwargs))
+        if secret is not None:
+            await client.send("hello", secret=secret, protocol_version=1)
+            await client.expect("ready")
+        return client
+
+    async def _read(self) -> None:
+        try:
+            async for raw in self.ws:
+                async with self._arrived:
+                    self.frames.append(json.loads(raw))
+                    self._arrived.notify_all()
+        except Exception:
+            pass
+        finally:
+            async with self._arrived:
+                self._arrived.notify_all()
+
+    async def send(self, type_: str, **fields: Any) -> str:
+        request_id = fields.pop("request_id", None) or f"r{next(_ids)}"
+        await self.ws.send(json.dumps({"type": type_, "request_id": request_id, **fields}))
+        return request_id
+
+    async def send_raw(self, data: str | bytes) -> None:
+        await self.ws.send(data)
+
+    async def wait_for(self, match: Callable[[Frame], bool], timeout: float = 10.0) -> Frame:
+        """The next frame (after the last one matched) that satisfies `match`."""
+
+        def find() -> Frame | None:
+            for index in range(self._cursor, len(self.frames)):
+                if match(self.frames[index]):
+                    self._cursor = index + 1
+                    return self.frames[index]
+            return None
+
+        async def wait() -> Frame:
+            async with self._arrived:
+                while (found := find()) is None:
+                    if self._reader.done():
+                        raise AssertionError(f"connection closed; frames: {self.frames[-5:]}")
+                    await self._arrived.wait()
+                return found
+
+        return await asyncio.wait_for(wait(), timeout)
+
+    async def expect(self, type_: str, timeout: float = 10.0, **fields: Any) -> Frame:
+        return await self.wait_for(
+            lambda f: f.get("type") == type_ and all(f.get(k) == v for k, v in fields.items()), timeout
+        )
+
+    async def request(self, type_: str, reply: str, timeout: float = 10.0, **fields: Any) -> Frame:
+        """Send and wait for the reply (or an error) carrying the same request_id."""
+        request_id = await self.send(type_, **fields)
+        return await self.wait_for(
+            lambda f: f.get("request_id") == request_id and f.get("type") in (reply, "error"), timeout
+        )
+
+    def seen(self, type_: str, **fields: Any) -> list[Frame]:
+        return [f for f in self.frames if f.get("type") == type_ and all(f.get(k) == v for k, v in fields.items())]
+
+    async def close(self) -> None:
+        await self.ws.close()
+        await asyncio.wait_for(self._reader, 5)
+
+    async def closed(self, timeout: float = 5.0) -> int | None:
+        """Wait for the server to close; the close code."""
+        await asyncio.wait_for(self._reader, timeout)
+        return self.ws.close_code
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
