@@ -15,6 +15,7 @@ from handlers.errors import EXCEPTION_HANDLERS
 from handlers.ws.endpoint import pheby_socket
 from pheby.services import open_services
 from pheby.settings import Settings
+from scheduler import running_scheduler
 
 ROUTES: list[ControllerRouterHandler] = [
     health.healthz,
@@ -30,8 +31,9 @@ def create_app(settings: Settings) -> Litestar:
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        async with open_services(settings) as services:
+        async with open_services(settings) as services, running_scheduler(services) as scheduler:
             app.state.services = services
+            app.state.scheduler = scheduler
             yield
 
     return Litestar(

@@ -140,6 +140,10 @@ class Accounts:
             raise NotFound("Account not found")
         return _row_to_account(row)
 
+    async def list_enabled(self) -> list[Account]:
+        rows = await self._db.run(lambda c: c.execute("SELECT * FROM accounts WHERE disabled = 0").fetchall())
+        return [_row_to_account(r) for r in rows]
+
     async def get_by_name(self, name: str) -> Account:
         row = await self._db.run(lambda c: c.execute("SELECT * FROM accounts WHERE name = ?", (name,)).fetchone())
         if row is None:

@@ -12,6 +12,10 @@ class HermesClients:
         self._settings = settings
         self._clients: dict[tuple[str, str, str, str], hc.HermesClient] = {}
 
+    def url_for(self, account: Account) -> str:
+        """The gateway URL the account's runs and jobs go to."""
+        return account.hermes.url or self._settings.hermes_url
+
     def for_account(self, account: Account) -> hc.HermesClient:
         s, own = self._settings, account.hermes
         key = (

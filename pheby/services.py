@@ -15,6 +15,7 @@ from pheby.lockout import FailureLimiter
 from pheby.models import ModelChoices
 from pheby.runs import RunManager
 from pheby.settings import Settings
+from pheby.task_owners import TaskOwners
 from storage import BlobStore, open_blob_store
 
 
@@ -33,6 +34,7 @@ class Services:
         self.hello_limiter = FailureLimiter(db, "hello")
         self.hub = Hub()
         self.conversations = Conversations(db)
+        self.task_owners = TaskOwners(db)
         self.models = ModelChoices(hermes)
         self.runs = RunManager(self.hub, self.conversations, hermes.for_account)
         self._background: set[asyncio.Task[Any]] = set()

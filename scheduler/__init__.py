@@ -1,1 +1,51 @@
-"""scheduler."""
+"""The APScheduler jobs of the server process: Hermes job polling (and, with attachments, expiry).
+
+`running_scheduler` is entered in the app lifespan. A lock file in the data dir keeps a second
+server process on the same data (a second worker, an overlapping deploy) from running the jobs
+twice: only the holder of the lock schedules anything.
+"""
+
+import fcntl
+import logging
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+from pheby.services import Services
+from scheduler.job_poller import poll_cron_sessions
+
+log = logging.getLogger("pheby.scheduler")
+
+JOB_DEFAULTS = {"coalesce": True, "max_instances": 1, "misfire_grace_time": 60}
+
+
+@asynccontextmanager
+async def running_scheduler(services: Services) -> AsyncIterator[AsyncIOScheduler | None]:
+    """Start the scheduler (None when another process on this data dir already runs one); stop it after."""
+    lock_path = services.settings.data_dir / "scheduler.lock"
+    lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(lock_fd)
+        log.warning("another server process runs the scheduler for this data dir; not starting a second one")
+        yield None
+        return
+    scheduler = AsyncIOScheduler(timezone="UTC", job_defaults=JOB_DEFAULTS)
+    scheduler.add_job(
+        poll_cron_sessions,
+        "interval",
+        seconds=services.settings.job_poll_seconds,
+        args=[services],
+        id="poll-cron-sessions",
+        replace_existing=True,
+    )
+    scheduler.start()
+    try:
+        yield scheduler
+    finally:
+        scheduler.shutdown(wait=False)
+        fcntl.flock(lock_fd, fcntl.LOCK_UN)
+        os.close(lock_fd)
