@@ -37,7 +37,7 @@ def pheby_error_handler(_: Request[Any, Any, Any], exc: PhebyError) -> Response[
     return error_response(exc.status_code, exc.code, exc.message)
 
 
-def http_error_handler(_: Request[Any, Any, Any], exc: HTTPException) -> Response[dict[str, dict[str, str]]]:
+def http_error_handler(request: Request[Any, Any, Any], exc: HTTPException) -> Response[dict[str, dict[str, str]]]:
     status = exc.status_code
     if status >= 500:
         return error_response(status, "internal_error", "Internal error")
@@ -45,7 +45,11 @@ def http_error_handler(_: Request[Any, Any, Any], exc: HTTPException) -> Respons
         # Litestar's detail names the failing field ("Expected `str`, got `int` - at `$.username`").
         message = "Invalid request body" if not exc.extra else f"Invalid request: {_first_error(exc.extra)}"
         return error_response(400, "bad_request", message)
-    message = exc.detail if status != 404 else "Not found"
+    if status == 404:
+        # The Pheby spec allows an attachment URL no other answer than this, whatever the path holds.
+        attachment = request.url.path.startswith("/attachments/")
+        return error_response(404, "not_found", "Attachment unavailable" if attachment else "Not found")
+    message = exc.detail
     return error_response(status, _HTTP_CODES.get(status, "error"), message)
 
 

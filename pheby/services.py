@@ -6,16 +6,22 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 from pheby.accounts import Accounts
+from pheby.artifacts import ArtifactLimits, Artifacts
+from pheby.attachments import Attachments, pheby_descriptor
 from pheby.auth import Authenticator
+from pheby.changes import ChangeFeed
 from pheby.conversations import Conversations
 from pheby.db import Database
+from pheby.events import AttachmentAdded
 from pheby.hermes_pool import HermesClients
 from pheby.hub import Hub
 from pheby.lockout import FailureLimiter
+from pheby.memory import MemoryFiles
 from pheby.models import ModelChoices
-from pheby.runs import RunManager
+from pheby.runs import ActiveRun, RunManager
 from pheby.settings import Settings
 from pheby.task_owners import TaskOwners
+from pheby.tasks import Tasks
 from storage import BlobStore, open_blob_store
 
 
@@ -35,9 +41,26 @@ class Services:
         self.hub = Hub()
         self.conversations = Conversations(db)
         self.task_owners = TaskOwners(db)
+        self.tasks = Tasks(hermes, self.task_owners)
+        self.memory = MemoryFiles(hermes)
+        self.artifacts = Artifacts(db, ArtifactLimits.from_settings(settings))
+        self.change_feed = ChangeFeed(db)
         self.models = ModelChoices(hermes)
-        self.runs = RunManager(self.hub, self.conversations, hermes.for_account)
+        self.attachments = Attachments(db, blobs, settings)
+        self.runs = RunManager(self.hub, self.conversations, hermes.for_account, self._deliver_media)
         self._background: set[asyncio.Task[Any]] = set()
+
+    async def _deliver_media(self, run: ActiveRun, paths: list[str]) -> None:
+        """Copy a run's `MEDIA:` files into storage and announce each to the account's clients."""
+        for path in paths:
+            attachment = await self.attachments.store_deliverable(
+                run.account.id, run.conversation_id, run.message_id, path
+            )
+            if attachment is not None:
+                self.hub.broadcast(
+                    run.account.id,
+                    AttachmentAdded(conversation_id=run.conversation_id, attachment=pheby_descriptor(attachment)),
+                )
 
     def background(self, task: asyncio.Task[Any]) -> None:
         """Keep a fire-and-forget task alive until it ends (and cancel it on shutdown)."""

@@ -51,6 +51,20 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     log_format: Literal["text", "json"] = "text"
     # PHEBY_WS_HELLO_TIMEOUT: seconds a new WebSocket has to say hello.
     ws_hello_timeout: Annotated[float, msgspec.Meta(gt=0)] = 10.0
+    # Attachment limits. Pheby uploads and agent deliverables are bounded per file and by retention;
+    # Hope uploads also count against per-account and global quotas.
+    attachment_max_bytes: Annotated[int, msgspec.Meta(gt=0)] = 64 * MiB
+    hope_upload_max_bytes: Annotated[int, msgspec.Meta(gt=0)] = 8 * MiB
+    hope_account_quota_bytes: Annotated[int, msgspec.Meta(gt=0)] = 64 * MiB
+    hope_global_quota_bytes: Annotated[int, msgspec.Meta(gt=0)] = 512 * MiB
+    # Artifact limits (PHEBY_ARTIFACT_*): a refused write is a 413, never trimmed history.
+    artifact_content_max_bytes: Annotated[int, msgspec.Meta(gt=0)] = 512 * 1024
+    artifacts_per_account: Annotated[int, msgspec.Meta(gt=0)] = 200
+    artifact_versions_max: Annotated[int, msgspec.Meta(gt=0)] = 100
+    artifact_account_bytes: Annotated[int, msgspec.Meta(gt=0)] = 32 * MiB
+    artifact_global_bytes: Annotated[int, msgspec.Meta(gt=0)] = 256 * MiB
+    # PHEBY_VISION_MODELS: comma-separated model names that accept images (qualifies `image`).
+    vision_models: tuple[str, ...] = ()
 
     @property
     def database_path(self) -> Path:
@@ -82,12 +96,23 @@ ENV_NAMES: dict[str, str] = {
     "session_ttl_seconds": "PHEBY_SESSION_TTL_SECONDS",
     "log_format": "PHEBY_LOG_FORMAT",
     "ws_hello_timeout": "PHEBY_WS_HELLO_TIMEOUT",
+    "attachment_max_bytes": "PHEBY_ATTACHMENT_MAX_BYTES",
+    "hope_upload_max_bytes": "PHEBY_HOPE_UPLOAD_MAX_BYTES",
+    "hope_account_quota_bytes": "PHEBY_HOPE_ACCOUNT_QUOTA_BYTES",
+    "hope_global_quota_bytes": "PHEBY_HOPE_GLOBAL_QUOTA_BYTES",
+    "artifact_content_max_bytes": "PHEBY_ARTIFACT_CONTENT_MAX_BYTES",
+    "artifacts_per_account": "PHEBY_ARTIFACTS_PER_ACCOUNT",
+    "artifact_versions_max": "PHEBY_ARTIFACT_VERSIONS_MAX",
+    "artifact_account_bytes": "PHEBY_ARTIFACT_ACCOUNT_BYTES",
+    "artifact_global_bytes": "PHEBY_ARTIFACT_GLOBAL_BYTES",
+    "vision_models": "PHEBY_VISION_MODELS",
 }
 
 _LIST_SEPARATORS: dict[str, str] = {
     "media_roots": os.pathsep,
     "allowed_origins": ",",
     "trusted_proxies": ",",
+    "vision_models": ",",
 }
 
 _PATH_AT = re.compile(r"at `\$\.(\w+)")

@@ -1,4 +1,4 @@
-"""The APScheduler jobs of the server process: Hermes job polling (and, with attachments, expiry).
+"""The APScheduler jobs of the server process: Hermes job polling and attachment expiry.
 
 `running_scheduler` is entered in the app lifespan. A lock file in the data dir keeps a second
 server process on the same data (a second worker, an overlapping deploy) from running the jobs
@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from pheby.services import Services
+from scheduler.attachment_expiry import expire_attachments
 from scheduler.job_poller import poll_cron_sessions
 
 log = logging.getLogger("pheby.scheduler")
@@ -41,6 +42,9 @@ async def running_scheduler(services: Services) -> AsyncIterator[AsyncIOSchedule
         args=[services],
         id="poll-cron-sessions",
         replace_existing=True,
+    )
+    scheduler.add_job(
+        expire_attachments, "interval", hours=1, args=[services], id="expire-attachments", replace_existing=True
     )
     scheduler.start()
     try:

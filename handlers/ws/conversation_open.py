@@ -7,6 +7,7 @@ import msgspec
 import hermes_client as hc
 from handlers.ws.context import WsContext, rid
 from handlers.ws.messages import ClientMessage
+from pheby.attachments import pheby_descriptor
 from pheby.errors import Unavailable
 from pheby.events import ConversationHistory
 from pheby.history import HISTORY_LIMIT_DEFAULT, HISTORY_LIMIT_MAX, display_messages, page
@@ -35,13 +36,14 @@ async def handle(ctx: WsContext, msg: ConversationOpen) -> None:
         display_messages(transcript, originals), min(msg.limit, HISTORY_LIMIT_MAX), msg.before_message_id
     )
     run, tools, approvals, clarifications = services.runs.snapshot(conversation.id)
+    attachments = await services.attachments.for_conversation(ctx.account.id, conversation.id)
     ctx.reply(
         ConversationHistory(
             request_id=rid(msg.request_id),
             conversation_id=conversation.id,
             messages=messages,
             has_more=has_more,
-            attachments=[],  # unexpired attachments join the snapshot with the attachments feature
+            attachments=[pheby_descriptor(a) for a in attachments],
             run=run,
             tools=tools,
             approvals=approvals,

@@ -1,0 +1,49 @@
+"""GET /api/artifacts/{artifact_id}/export?revision=N — the content as a UTF-8 text download.
+
+Always `text/plain` and an attachment, whatever the content looks like: an export is never rendered
+inline (no HTML, nothing executable), and `.md` / `.txt` is all it claims to be.
+"""
+
+import re
+from urllib.parse import quote
+
+from litestar import Response, get
+from litestar.di import NamedDependency
+from litestar.params import FromPath, FromQuery
+
+from pheby.auth import Principal
+from pheby.services import Services
+
+FILENAME_STEM_MAX = 100
+_UNSAFE = re.compile(r"[^\w .-]+")  # \w is Unicode-aware: letters and digits of any script stay
+
+
+def export_filename(title: str, kind: str) -> str:
+    """A download name from the title: no separators, quotes or control characters, never hidden or empty."""
+    stem = " ".join(_UNSAFE.sub("_", title).split()).strip(" ._")[:FILENAME_STEM_MAX].strip(" ._")
+    return f"{stem or 'artifact'}{'.md' if kind == 'markdown' else '.txt'}"
+
+
+def attachment_disposition(filename: str) -> str:
+    """RFC 6266: an ASCII fallback for old clients plus the exact UTF-8 name."""
+    fallback = "".join(c if c.isascii() else "_" for c in filename)
+    return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(filename, safe='')}"
+
+
+@get("/api/artifacts/{artifact_id:str}/export", tags=["artifacts"])
+async def export_artifact(
+    current_user: NamedDependency[Principal],
+    services: NamedDependency[Services],
+    artifact_id: FromPath[str],
+    revision: FromQuery[int | None] = None,
+) -> Response[bytes]:
+    artifact = await services.artifacts.get(current_user.account.id, artifact_id, revision)
+    return Response(
+        artifact.content.encode("utf-8"),
+        media_type="text/plain; charset=utf-8",
+        headers={
+            "Content-Disposition": attachment_disposition(export_filename(artifact.title, artifact.kind)),
+            "Cache-Control": "no-store",
+            "X-Content-Type-Options": "nosniff",
+        },
+    )

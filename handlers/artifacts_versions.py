@@ -1,0 +1,22 @@
+"""GET /api/artifacts/{artifact_id}/versions — the artifact's versions, newest first."""
+
+import msgspec
+from litestar import get
+from litestar.di import NamedDependency
+from litestar.params import FromPath
+
+from pheby.artifacts import ArtifactVersion
+from pheby.auth import Principal
+from pheby.services import Services
+
+
+class VersionList(msgspec.Struct, frozen=True):
+    versions: list[ArtifactVersion]
+    next_cursor: None = None  # bounded by the versions-per-artifact limit
+
+
+@get("/api/artifacts/{artifact_id:str}/versions", tags=["artifacts"])
+async def list_artifact_versions(
+    current_user: NamedDependency[Principal], services: NamedDependency[Services], artifact_id: FromPath[str]
+) -> VersionList:
+    return VersionList(versions=await services.artifacts.versions(current_user.account.id, artifact_id))

@@ -1,0 +1,39 @@
+"""POST /attachments — a Pheby upload: raw bytes, streamed into storage, 64 MiB at most."""
+
+from typing import Any
+
+import msgspec
+from litestar import Request, post
+from litestar.di import NamedDependency
+from litestar.params import FromQuery
+
+from pheby.attachments import PhebyDescriptor, pheby_descriptor
+from pheby.errors import BadRequest, ConversationNotFound, TooLarge
+from pheby.services import Services
+
+
+class UploadResponse(msgspec.Struct, frozen=True):
+    attachment: PhebyDescriptor
+
+
+@post("/attachments", status_code=201, request_max_body_size=None, tags=["pheby"])
+async def upload_attachment(
+    request: Request[Any, Any, Any],
+    services: NamedDependency[Services],
+    conversation_id: FromQuery[str | None] = None,
+    filename: FromQuery[str | None] = None,
+) -> UploadResponse:
+    principal = await services.authenticator.for_attachments(request)
+    if not conversation_id or not filename:
+        raise BadRequest("conversation_id and filename are required")
+    try:
+        await services.conversations.get(principal.account.id, conversation_id)
+    except ConversationNotFound:
+        raise BadRequest("Unknown conversation_id") from None
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > services.settings.attachment_max_bytes:
+        raise TooLarge(f"Attachments are limited to {services.settings.attachment_max_bytes} bytes")
+    attachment = await services.attachments.upload_pheby(
+        principal.account.id, conversation_id, filename, request.headers.get("content-type"), request.stream()
+    )
+    return UploadResponse(attachment=pheby_descriptor(attachment))

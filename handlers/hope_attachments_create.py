@@ -1,0 +1,30 @@
+"""POST /api/attachments — a Hope upload: raw bytes, `Content-Type`, `X-Filename`."""
+
+from typing import Any
+
+import msgspec
+from litestar import Request, post
+from litestar.di import NamedDependency
+
+from pheby.attachments import HopeAttachment, hope_object
+from pheby.auth import Principal
+from pheby.services import Services
+
+
+class HopeAttachmentResponse(msgspec.Struct, frozen=True):
+    attachment: HopeAttachment
+
+
+@post("/api/attachments", status_code=201, request_max_body_size=None, tags=["hope"])
+async def create_hope_attachment(
+    request: Request[Any, Any, Any], current_user: NamedDependency[Principal], services: NamedDependency[Services]
+) -> HopeAttachmentResponse:
+    declared = request.headers.get("content-length")
+    attachment = await services.attachments.upload_hope(
+        current_user.account.id,
+        request.headers.get("x-filename"),
+        request.headers.get("content-type"),
+        int(declared) if declared is not None and declared.isdigit() else None,
+        request.stream(),
+    )
+    return HopeAttachmentResponse(attachment=hope_object(attachment))

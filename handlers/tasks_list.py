@@ -1,0 +1,13 @@
+"""GET /api/tasks — the account's scheduled tasks (its Hermes jobs, paused ones included)."""
+
+from litestar import get
+from litestar.di import NamedDependency
+
+from pheby.auth import Principal
+from pheby.services import Services
+from pheby.tasks import TaskList
+
+
+@get("/api/tasks", tags=["tasks"])
+async def list_tasks(current_user: NamedDependency[Principal], services: NamedDependency[Services]) -> TaskList:
+    return TaskList(tasks=await services.tasks.listing(current_user.account))

@@ -1,0 +1,16 @@
+"""POST /api/tasks/{task_id}/pause — pause a scheduled task."""
+
+from litestar import post
+from litestar.di import NamedDependency
+from litestar.params import FromPath
+
+from pheby.auth import Principal
+from pheby.services import Services
+from pheby.tasks import TaskEnvelope
+
+
+@post("/api/tasks/{task_id:str}/pause", tags=["tasks"], status_code=200)
+async def pause_task(
+    task_id: FromPath[str], current_user: NamedDependency[Principal], services: NamedDependency[Services]
+) -> TaskEnvelope:
+    return TaskEnvelope(task=await services.tasks.pause(current_user.account, task_id))

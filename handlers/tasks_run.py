@@ -1,0 +1,16 @@
+"""POST /api/tasks/{task_id}/run — run a task now (Hermes runs the job; its output arrives through the job poller)."""
+
+from litestar import post
+from litestar.di import NamedDependency
+from litestar.params import FromPath
+
+from pheby.auth import Principal
+from pheby.services import Services
+from pheby.tasks import TaskEnvelope
+
+
+@post("/api/tasks/{task_id:str}/run", tags=["tasks"], status_code=200)
+async def run_task(
+    task_id: FromPath[str], current_user: NamedDependency[Principal], services: NamedDependency[Services]
+) -> TaskEnvelope:
+    return TaskEnvelope(task=await services.tasks.run(current_user.account, task_id))

@@ -1,0 +1,485 @@
+"""Attachments of both surfaces: one table of metadata, bytes in the BlobStore.
+
+Pheby uploads wait unclaimed until `chat.send` takes them; agent deliverables arrive from
+`MEDIA:` tags; Hope uploads count against quotas. Each surface sees its own projection
+(`pheby_descriptor`, `hope_object`). All the SQL of the domain is here.
+"""
+
+import base64
+import logging
+import mimetypes
+import os
+import sqlite3
+import time
+import uuid
+from collections.abc import AsyncIterable, Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+import msgspec
+
+from pheby import changes
+from pheby.db import Database
+from pheby.errors import BadRequest, Conflict, NotFound, TooLarge, Unprocessable, UnsupportedMediaType
+from pheby.extraction import UNUSABLE, extract
+from pheby.file_types import (
+    HOPE_MIME_TYPES,
+    INLINE_IMAGE_TYPES,
+    attachment_kind,
+    base_mime,
+    checked_stream,
+    filename_problem,
+    is_text,
+)
+from pheby.media_files import MediaRefused, open_media_file, read_fd_chunks
+from pheby.quotas import UploadQuota
+from pheby.settings import Settings
+from storage import BlobStore, BlobTooLarge
+
+log = logging.getLogger("pheby.attachments")
+
+Surface = Literal["pheby", "hope"]
+Direction = Literal["inbound", "outbound"]
+INLINE_TEXT_MAX_BYTES = 100 * 1024
+PROVIDER_IDS_MAX = 8
+CHAT_IDS_MAX = 10
+UNAVAILABLE = "Attachment unavailable"
+
+
+class Attachment(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    account_id: str
+    surface: Surface
+    direction: Direction
+    conversation_id: str | None
+    message_id: str | None
+    filename: str
+    mime: str
+    size: int
+    blob_key: str
+    extraction_status: str
+    extracted_text: str | None
+    created_at: float
+    expires_at: float | None
+    claimed_at: float | None
+
+
+# --- projections -----------------------------------------------------------------------------
+
+
+class PhebyDescriptor(msgspec.Struct, frozen=True):
+    attachment_id: str
+    filename: str
+    mime_type: str
+    size: int
+    kind: str
+    inline_image: bool
+    direction: str
+    conversation_id: str | None
+    message_id: str | None
+    created_at: str
+    expires_at: str | None
+    download_path: str
+
+
+class HopeAttachment(msgspec.Struct, frozen=True):
+    id: str
+    filename: str
+    mime: str
+    size: int
+    extraction_status: str
+    created_at: int
+
+
+def _iso(ts: float | None) -> str | None:
+    return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
+
+
+def pheby_descriptor(a: Attachment) -> PhebyDescriptor:
+    return PhebyDescriptor(
+        attachment_id=a.id,
+        filename=a.filename,
+        mime_type=a.mime,
+        size=a.size,
+        kind=attachment_kind(a.mime),
+        inline_image=a.mime in INLINE_IMAGE_TYPES,
+        direction=a.direction,
+        conversation_id=a.conversation_id,
+        message_id=a.message_id,
+        created_at=_iso(a.created_at) or "",
+        expires_at=_iso(a.expires_at),
+        download_path=f"/attachments/{a.id}",
+    )
+
+
+def hope_object(a: Attachment) -> HopeAttachment:
+    return HopeAttachment(
+        id=a.id,
+        filename=a.filename,
+        mime=a.mime,
+        size=a.size,
+        extraction_status=a.extraction_status,
+        created_at=int(a.created_at),
+    )
+
+
+def _row(row: sqlite3.Row) -> Attachment:
+    return Attachment(**{k: row[k] for k in row.keys() if k != "deleted_at"})  # noqa: SIM118
+
+
+_LIVE = "deleted_at IS NULL AND (expires_at IS NULL OR expires_at > ?)"
+
+
+class ClaimedInput(msgspec.Struct, frozen=True):
+    """What `chat.send` hands to Hermes, and the attachments it will claim once the run starts."""
+
+    text: str
+    attachments: list[Attachment]
+
+
+class Attachments:
+    def __init__(self, db: Database, blobs: BlobStore, settings: Settings, clock: Callable[[], float] = time.time):
+        self._db = db
+        self._blobs = blobs
+        self._settings = settings
+        self._clock = clock
+        self.quota = UploadQuota(
+            self._hope_bytes,
+            per_account=settings.hope_account_quota_bytes,
+            global_limit=settings.hope_global_quota_bytes,
+        )
+
+    @property
+    def agent_media_dir(self) -> Path:
+        return self._settings.agent_media_dir or (self._settings.data_dir / "agent-media")
+
+    # --- storing ---------------------------------------------------------------------------
+
+    async def _store(
+        self,
+        *,
+        account_id: str,
+        surface: Surface,
+        direction: Direction,
+        filename: str,
+        mime: str,
+        chunks: AsyncIterable[bytes],
+        max_bytes: int,
+        conversation_id: str | None = None,
+        message_id: str | None = None,
+        claimed: bool = False,
+    ) -> Attachment:
+        """Stream bytes into storage, extract, and record the row; nothing is left if any step fails."""
+        attachment_id = uuid.uuid4().hex
+        key = f"attachments/{account_id}/{attachment_id}"
+        try:
+            info = await self._blobs.put(key, chunks, max_size=max_bytes, content_type=mime, create_only=True)
+        except BlobTooLarge:
+            raise TooLarge(f"Attachments are limited to {max_bytes} bytes") from None
+        try:
+            if info.size == 0:
+                raise BadRequest("The file is empty")
+            extraction = await extract(self._blobs, key, mime)
+            now = self._clock()
+            days = self._settings.attachment_retention_days
+            expires_at = now + days * 86400 if days and surface == "pheby" else None
+            attachment = Attachment(
+                id=attachment_id,
+                account_id=account_id,
+                surface=surface,
+                direction=direction,
+                conversation_id=conversation_id,
+                message_id=message_id,
+                filename=filename,
+                mime=mime,
+                size=info.size,
+                blob_key=key,
+                extraction_status=extraction.status,
+                extracted_text=extraction.text,
+                created_at=now,
+                expires_at=expires_at,
+                claimed_at=now if claimed else None,
+            )
+
+            def insert(conn: sqlite3.Connection) -> None:
+                fields = msgspec.structs.asdict(attachment)
+                conn.execute(
+                    f"INSERT INTO attachments ({', '.join(fields)}) VALUES ({', '.join('?' * len(fields))})",  # noqa: S608
+                    tuple(fields.values()),
+                )
+                if surface == "hope" or claimed:
+                    changes.record(conn, account_id, "attachment", attachment_id, deleted=False)
+
+            await self._db.transaction(insert)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._blobs.delete(key)
+            raise
+        return attachment
+
+    async def upload_pheby(
+        self, account_id: str, conversation_id: str, filename: str, content_type: str | None, body: AsyncIterable[bytes]
+    ) -> Attachment:
+        """A Pheby upload: unclaimed, not listed or broadcast until `chat.send` takes it."""
+        problem = filename_problem(filename)
+        if problem is not None:
+            raise BadRequest(problem)
+        return await self._store(
+            account_id=account_id,
+            surface="pheby",
+            direction="inbound",
+            filename=filename,
+            mime=base_mime(content_type),
+            chunks=body,
+            max_bytes=self._settings.attachment_max_bytes,
+            conversation_id=conversation_id,
+        )
+
+    async def upload_hope(
+        self,
+        account_id: str,
+        filename: str | None,
+        content_type: str | None,
+        declared_length: int | None,
+        body: AsyncIterable[bytes],
+    ) -> Attachment:
+        """A Hope upload: allow-listed, signature-checked, counted against the quotas."""
+        mime = base_mime(content_type)
+        if mime not in HOPE_MIME_TYPES:
+            raise UnsupportedMediaType(f"Unsupported type {mime}; allowed: {', '.join(sorted(HOPE_MIME_TYPES))}")
+        problem = filename_problem(filename or "")
+        if problem is not None:
+            raise Unprocessable(problem)
+        limit = self._settings.hope_upload_max_bytes
+        if declared_length is not None and declared_length > limit:
+            raise TooLarge(f"Uploads are limited to {limit} bytes")
+        reserve = min(declared_length, limit) if declared_length is not None else limit
+        async with self.quota.reserve(account_id, reserve):
+            return await self._store(
+                account_id=account_id,
+                surface="hope",
+                direction="inbound",
+                filename=filename or "",
+                mime=mime,
+                chunks=checked_stream(body, mime),
+                max_bytes=reserve,
+            )
+
+    async def _hope_bytes(self, account_id: str | None) -> int:
+        where = "surface = 'hope' AND deleted_at IS NULL" + (" AND account_id = ?" if account_id else "")
+        params: tuple[str, ...] = (account_id,) if account_id else ()
+        sql = f"SELECT COALESCE(SUM(size), 0) FROM attachments WHERE {where}"  # noqa: S608 - fixed text, bound values
+        row = await self._db.run(lambda c: c.execute(sql, params).fetchone())
+        return int(row[0])
+
+    # --- reading ---------------------------------------------------------------------------
+
+    async def get(self, account_id: str, attachment_id: str, surface: Surface | None = None) -> Attachment:
+        """A live attachment of the account (not deleted, not expired), else 404."""
+        now = self._clock()
+        row = await self._db.run(
+            lambda c: c.execute(
+                f"SELECT * FROM attachments WHERE id = ? AND account_id = ? AND {_LIVE}",  # noqa: S608
+                (attachment_id, account_id, now),
+            ).fetchone()
+        )
+        if row is None or (surface is not None and row["surface"] != surface):
+            raise NotFound(UNAVAILABLE)
+        return _row(row)
+
+    async def list_hope(self, account_id: str, limit: int = 200) -> list[Attachment]:
+        now = self._clock()
+        rows = await self._db.run(
+            lambda c: c.execute(
+                f"SELECT * FROM attachments WHERE account_id = ? AND surface = 'hope' AND {_LIVE} "  # noqa: S608
+                "ORDER BY created_at DESC LIMIT ?",
+                (account_id, now, limit),
+            ).fetchall()
+        )
+        return [_row(r) for r in rows]
+
+    async def for_conversation(self, account_id: str, conversation_id: str) -> list[Attachment]:
+        """The conversation's unexpired attachments that clients may see (claimed uploads, deliverables)."""
+        now = self._clock()
+        rows = await self._db.run(
+            lambda c: c.execute(
+                f"SELECT * FROM attachments WHERE account_id = ? AND conversation_id = ? AND {_LIVE} "  # noqa: S608
+                "AND claimed_at IS NOT NULL ORDER BY created_at",
+                (account_id, conversation_id, now),
+            ).fetchall()
+        )
+        return [_row(r) for r in rows]
+
+    async def open_bytes(self, attachment: Attachment) -> Any:
+        return await self._blobs.open(attachment.blob_key)
+
+    # --- deleting and expiry ---------------------------------------------------------------
+
+    async def delete(self, account_id: str, attachment_id: str, surface: Surface | None = None) -> None:
+        attachment = await self.get(account_id, attachment_id, surface)
+        await self._blobs.delete(attachment.blob_key)
+        await self._tombstone(attachment)
+
+    async def _tombstone(self, attachment: Attachment) -> None:
+        now = self._clock()
+
+        def q(conn: sqlite3.Connection) -> None:
+            cursor = conn.execute(
+                "UPDATE attachments SET deleted_at = ?, extracted_text = NULL WHERE id = ? AND deleted_at IS NULL",
+                (now, attachment.id),
+            )
+            if cursor.rowcount and (attachment.surface == "hope" or attachment.claimed_at is not None):
+                changes.record(conn, attachment.account_id, "attachment", attachment.id, deleted=True)
+
+        await self._db.transaction(q)
+        await anyio.to_thread.run_sync(_remove_agent_copy, self.agent_media_dir / attachment.id)
+
+    async def expire(self, now: float | None = None) -> int:
+        """Delete the bytes of every expired attachment and tombstone its row; returns how many."""
+        moment = self._clock() if now is None else now
+        rows = await self._db.run(
+            lambda c: c.execute(
+                "SELECT * FROM attachments WHERE deleted_at IS NULL AND expires_at IS NOT NULL AND expires_at <= ?",
+                (moment,),
+            ).fetchall()
+        )
+        for row in rows:
+            attachment = _row(row)
+            await self._blobs.delete(attachment.blob_key)
+            await self._tombstone(attachment)
+        return len(rows)
+
+    # --- agent input -----------------------------------------------------------------------
+
+    async def prepare_chat_input(
+        self, account_id: str, conversation_id: str, text: str, attachment_ids: Sequence[str]
+    ) -> ClaimedInput:
+        """Check the ids a `chat.send` names and build the run input; nothing is claimed yet."""
+        if len(set(attachment_ids)) != len(attachment_ids) or len(attachment_ids) > CHAT_IDS_MAX:
+            raise BadRequest(f"attachment_ids must be at most {CHAT_IDS_MAX} distinct ids")
+        attachments: list[Attachment] = []
+        for attachment_id in attachment_ids:
+            try:
+                attachment = await self.get(account_id, attachment_id, "pheby")
+            except NotFound:
+                raise BadRequest(f"Unknown attachment {attachment_id[:40]}") from None
+            if attachment.direction != "inbound" or attachment.conversation_id != conversation_id:
+                raise BadRequest(f"Attachment {attachment_id} does not belong to this conversation")
+            if attachment.claimed_at is not None:
+                raise BadRequest(f"Attachment {attachment_id} was already sent")
+            if attachment.extraction_status in UNUSABLE:
+                raise BadRequest(
+                    f"{attachment.filename} is {attachment.extraction_status} and can't be given to the agent"
+                )
+            attachments.append(attachment)
+        parts = [text]
+        for attachment in attachments:
+            if is_text(attachment.mime) and attachment.size <= INLINE_TEXT_MAX_BYTES and attachment.extracted_text:
+                parts.append(
+                    f"[Attachment: {attachment.filename}]\n{attachment.extracted_text}\n[End of {attachment.filename}]"
+                )
+            else:
+                path = await self._copy_for_agent(attachment)
+                parts.append(
+                    f"[Attachment: {attachment.filename} ({attachment.mime}, {attachment.size} bytes) at {path}]"
+                )
+        return ClaimedInput(text="\n\n".join(parts), attachments=attachments)
+
+    async def _copy_for_agent(self, attachment: Attachment) -> Path:
+        folder = self.agent_media_dir / attachment.id
+        path = folder / attachment.filename
+        await anyio.to_thread.run_sync(lambda: folder.mkdir(parents=True, exist_ok=True, mode=0o700))
+        async with await self._blobs.open(attachment.blob_key) as reader, await anyio.open_file(path, "wb") as out:
+            async for chunk in reader:
+                await out.write(chunk)
+        return path.resolve()
+
+    async def claim(self, attachments: Sequence[Attachment], message_id: str) -> list[Attachment]:
+        """Anchor uploads to the turn that sent them (after the run was accepted)."""
+        now = self._clock()
+
+        def q(conn: sqlite3.Connection) -> None:
+            for attachment in attachments:
+                conn.execute(
+                    "UPDATE attachments SET claimed_at = ?, message_id = ? WHERE id = ? AND claimed_at IS NULL",
+                    (now, message_id, attachment.id),
+                )
+                changes.record(conn, attachment.account_id, "attachment", attachment.id, deleted=False)
+
+        await self._db.transaction(q)
+        return [msgspec.structs.replace(a, claimed_at=now, message_id=message_id) for a in attachments]
+
+    async def provider_content(
+        self, owner: str, attachment_ids: Sequence[str], vision: bool = False
+    ) -> list[dict[str, Any]]:
+        """OpenAI message-content parts for up to 8 of the owner's attachments."""
+        distinct = list(dict.fromkeys(attachment_ids))
+        if len(distinct) > PROVIDER_IDS_MAX:
+            raise BadRequest(f"At most {PROVIDER_IDS_MAX} attachments per message")
+        parts: list[dict[str, Any]] = []
+        for attachment_id in distinct:
+            attachment = await self.get(owner, attachment_id)
+            status = attachment.extraction_status
+            if status in UNUSABLE:
+                raise Unprocessable(f"{attachment.filename} is {status} and can't be given to the model")
+            if status == "image":
+                if not vision or attachment.mime not in INLINE_IMAGE_TYPES:
+                    raise Conflict("The selected model can't read images")
+                async with await self._blobs.open(attachment.blob_key) as reader:
+                    data = await reader.read()
+                url = f"data:{attachment.mime};base64,{base64.b64encode(data).decode()}"
+                parts.append({"type": "image_url", "image_url": {"url": url}})
+            elif attachment.extracted_text:
+                parts.append(
+                    {"type": "text", "text": f"[Attachment: {attachment.filename}]\n{attachment.extracted_text}"}
+                )
+            else:
+                parts.append(
+                    {"type": "text", "text": f"[Attachment: {attachment.filename} ({attachment.mime}), no text]"}
+                )
+        return parts
+
+    # --- deliverables ----------------------------------------------------------------------
+
+    async def store_deliverable(
+        self, account_id: str, conversation_id: str, message_id: str, raw_path: str
+    ) -> Attachment | None:
+        """Copy a `MEDIA:` file into storage as an outbound attachment; None when it is refused."""
+        roots = self._settings.media_roots
+        max_bytes = self._settings.attachment_max_bytes
+        try:
+            fd, _ = await anyio.to_thread.run_sync(open_media_file, raw_path, roots, max_bytes)
+        except (MediaRefused, OSError) as exc:
+            log.warning("MEDIA: file skipped (%s)", exc if isinstance(exc, MediaRefused) else type(exc).__name__)
+            return None
+        filename = os.path.basename(raw_path)
+        return await self._store(
+            account_id=account_id,
+            surface="pheby",
+            direction="outbound",
+            filename=filename if filename_problem(filename) is None else "file",
+            mime=_guess_mime(filename),
+            chunks=read_fd_chunks(fd),
+            max_bytes=max_bytes,
+            conversation_id=conversation_id,
+            message_id=message_id,
+            claimed=True,
+        )
+
+
+def _guess_mime(filename: str) -> str:
+    guessed, _ = mimetypes.guess_type(filename)
+    if filename.lower().endswith(".md"):
+        return "text/markdown"
+    return guessed or "application/octet-stream"
+
+
+def _remove_agent_copy(folder: Path) -> None:
+    if not folder.is_dir() or folder.is_symlink():
+        return
+    for child in folder.iterdir():
+        if child.is_file() and not child.is_symlink():
+            child.unlink()
+    folder.rmdir()
