@@ -1,0 +1,99 @@
+"""``create_demo_app``: the demo Hermes as one ASGI app (gateway API and dashboard API on one port)."""
+
+import contextlib
+import hmac
+import secrets
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, Final
+
+from litestar import Litestar, Request
+from litestar.datastructures import State
+
+from demo_hermes.execution import run_cron_ticker
+from demo_hermes.routes import ALL_ROUTES
+from demo_hermes.state import DemoState, demo_state
+from demo_hermes.wire import HermesHTTPError, api_error, dashboard_error, handle_hermes_error
+
+__all__ = ["create_demo_app"]
+
+PUBLIC_PATHS: Final = frozenset({"/health", "/v1/health", "/api/model/info"})
+DASHBOARD_PATHS: Final = ("/api/model/", "/api/config")
+DASHBOARD_TOKEN_HEADER: Final = "x-hermes-session-token"  # noqa: S105 - a header name, not a secret
+
+
+def _matches(given: str | None, expected: str) -> bool:
+    return given is not None and hmac.compare_digest(given.encode(), expected.encode())
+
+
+def authenticate(request: Request[Any, Any, Any]) -> None:
+    """The gateway wants ``Authorization: Bearer <API_SERVER_KEY>``; the dashboard its session token."""
+    path = request.url.path
+    if path in PUBLIC_PATHS:
+        return
+    state = demo_state(request)
+    authorization = request.headers.get("authorization")
+    if path.startswith(DASHBOARD_PATHS):
+        token = state.dashboard_token
+        if not (
+            _matches(request.headers.get(DASHBOARD_TOKEN_HEADER), token) or _matches(authorization, f"Bearer {token}")
+        ):
+            raise dashboard_error(401, "Unauthorized")
+        return
+    if not _matches(authorization, f"Bearer {state.api_key}"):
+        raise api_error(401, "Invalid API key", "invalid_api_key")
+
+
+def create_demo_app(
+    api_key: str,
+    media_dir: Path,
+    *,
+    dashboard_token: str | None = None,
+    delta_delay: float = 0.01,
+    keepalive_seconds: float = 30.0,
+    max_concurrent_runs: int = 0,
+    cron_tick_seconds: float = 1.0,
+) -> Litestar:
+    """Build the demo Hermes.
+
+    Args:
+        api_key: the bearer key every gateway route requires (like ``API_SERVER_KEY``).
+        media_dir: where ``/demo image`` and ``/demo document`` write the files they deliver.
+        dashboard_token: the dashboard session token; defaults to ``api_key``.
+        delta_delay: seconds between streamed text deltas (``/demo slow`` always uses 50 ms).
+        keepalive_seconds: silence after which a run stream gets a ``: keepalive`` comment.
+        max_concurrent_runs: 429 beyond this many active runs; 0 means unlimited.
+        cron_tick_seconds: how often due jobs are looked for (Hermes ticks every 60 s).
+    """
+    state = DemoState(
+        api_key=api_key,
+        dashboard_token=dashboard_token or api_key,
+        media_dir=Path(media_dir),
+        delta_delay=delta_delay,
+        keepalive_seconds=keepalive_seconds,
+        max_concurrent_runs=max_concurrent_runs,
+        cron_tick_seconds=cron_tick_seconds,
+    )
+
+    @contextlib.asynccontextmanager
+    async def background_work(_: Litestar) -> AsyncIterator[None]:
+        state.spawn(run_cron_ticker(state))
+        try:
+            yield
+        finally:
+            await state.cancel_tasks()
+
+    return Litestar(
+        route_handlers=ALL_ROUTES,
+        before_request=authenticate,
+        exception_handlers={HermesHTTPError: handle_hermes_error},
+        lifespan=[background_work],
+        state=State({"demo": state}),
+        openapi_config=None,
+        logging_config=None,  # the host process (local_dev, pytest) owns logging
+    )
+
+
+def new_api_key() -> str:
+    """A key that passes Hermes's own rule for ``API_SERVER_KEY`` (at least 16 characters)."""
+    return f"demo-{secrets.token_hex(16)}"

@@ -1,0 +1,64 @@
+"""Everything one demo Hermes holds in memory, and how a route handler reaches it."""
+
+import asyncio
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from litestar import Request
+
+from demo_hermes.config import DemoConfig
+from demo_hermes.jobs import JobStore
+from demo_hermes.runs import RunRegistry
+from demo_hermes.sessions import SessionStore
+from demo_hermes.turn import TurnSettings
+
+__all__ = ["DemoState", "demo_state"]
+
+
+@dataclass
+class DemoState:
+    api_key: str
+    dashboard_token: str
+    media_dir: Path
+    delta_delay: float = 0.01
+    keepalive_seconds: float = 30.0
+    max_concurrent_runs: int = 0  # 0 = unlimited, as in Hermes's config
+    cron_tick_seconds: float = 1.0
+    sessions: SessionStore = field(default_factory=SessionStore)
+    runs: RunRegistry = field(default_factory=RunRegistry)
+    jobs: JobStore = field(default_factory=JobStore)
+    config: DemoConfig = field(default_factory=DemoConfig)
+    running_jobs: set[str] = field(default_factory=set)
+    tasks: "set[asyncio.Task[None]]" = field(default_factory=set)
+
+    def turn_settings(self) -> TurnSettings:
+        """A snapshot of the configuration, taken when a run or job starts (like Hermes's per-run reload)."""
+        return TurnSettings(
+            model=self.config.model,
+            provider=self.config.provider,
+            reasoning_effort=self.config.reasoning_effort,
+            approval_timeout=self.config.approval_timeout,
+            media_dir=self.media_dir,
+            delta_delay=self.delta_delay,
+        )
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> "asyncio.Task[None]":
+        """Run background work, holding a reference so it is neither collected nor forgotten at shutdown."""
+        task = asyncio.get_running_loop().create_task(work)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
+
+    async def cancel_tasks(self) -> None:
+        for task in list(self.tasks):
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+def demo_state(request: Request[Any, Any, Any]) -> DemoState:
+    state = request.app.state.demo
+    if not isinstance(state, DemoState):
+        raise TypeError("the demo Hermes app was built without its state")
+    return state

@@ -1,0 +1,375 @@
+"""``HermesClient``: the HTTP client for a Hermes gateway (and, when configured, its dashboard).
+
+One ``httpx.AsyncClient`` per Hermes endpoint. Every failure surfaces as one of the four
+``HermesError`` kinds; every response body is decoded into a frozen msgspec struct.
+"""
+
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Final, Self, TypeVar
+
+import httpx
+import msgspec
+
+from hermes_client.errors import HermesUnavailable, HermesUpstreamError, error_from_response
+from hermes_client.events import RUN_EVENT_DECODER, TERMINAL_EVENTS, RunEvent, decode_run_event
+from hermes_client.models import (
+    ApprovalResult,
+    ClarifyResult,
+    Health,
+    Job,
+    ModelInfo,
+    ModelOptions,
+    RunHandle,
+    RunStatus,
+    Session,
+    SessionMessage,
+    SessionPage,
+)
+from hermes_client.sse import SSEDataParser
+
+__all__ = ["HermesClient"]
+
+T = TypeVar("T")
+
+DASHBOARD_TOKEN_HEADER: Final = "X-Hermes-Session-Token"  # noqa: S105 - a header name, not a secret
+JOB_UPDATE_FIELDS: Final = frozenset({"name", "schedule", "prompt", "deliver", "skills", "skill", "repeat", "enabled"})
+
+
+class _SessionEnvelope(msgspec.Struct, frozen=True):
+    session: Session
+
+
+class _MessageList(msgspec.Struct, frozen=True):
+    data: list[SessionMessage]
+
+
+class _JobEnvelope(msgspec.Struct, frozen=True):
+    job: Job
+
+
+class _JobList(msgspec.Struct, frozen=True):
+    jobs: list[Job]
+
+
+_TERMINAL_TYPES: Final = frozenset(TERMINAL_EVENTS)  # a set lookup: isinstance() on Structs is ~10x slower
+
+
+def _decode(response: httpx.Response, type_: type[T]) -> T:
+    try:
+        return msgspec.json.decode(response.content, type=type_)
+    except msgspec.DecodeError as exc:
+        raise HermesUpstreamError(
+            f"unexpected body from Hermes for {response.request.method} {response.request.url.path}: {exc}",
+            status=response.status_code,
+        ) from exc
+
+
+def _decode_events(payloads: list[bytes]) -> list[RunEvent]:
+    """Decode a chunk's event payloads: one comprehension over the prebuilt decoder (the hot path of a run
+    stream), and only if some payload fails it, one by one so unknown events can be skipped."""
+    decode = RUN_EVENT_DECODER.decode
+    try:
+        return [decode(data) for data in payloads]
+    except msgspec.DecodeError:
+        return [event for event in map(decode_run_event, payloads) if event is not None]
+
+
+def _without_none(body: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in body.items() if value is not None}
+
+
+def _repeat_object(repeat: Any) -> Any:
+    """0.19.0 stores a bare-int ``repeat`` from PATCH verbatim and the job then crashes the scheduler."""
+    if repeat is None:
+        return {"times": None, "completed": 0}
+    if isinstance(repeat, bool) or not isinstance(repeat, int):
+        return repeat
+    return {"times": repeat, "completed": 0}
+
+
+class HermesClient:
+    """Client for one Hermes gateway API server, plus optionally its dashboard backend.
+
+    ``transport`` (and ``dashboard_transport``, which defaults to it) replace the network, e.g. with an
+    ``httpx.MockTransport`` in tests. Use as an async context manager, or call ``aclose()``.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        dashboard_url: str | None = None,
+        dashboard_token: str | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        dashboard_transport: httpx.AsyncBaseTransport | None = None,
+        connect_timeout: float = 5.0,
+        request_timeout: float = 30.0,
+        stream_read_timeout: float | None = 120.0,
+    ) -> None:
+        """Create the client.
+
+        Args:
+            base_url: the gateway API server, e.g. ``http://127.0.0.1:8642``.
+            api_key: the gateway's ``API_SERVER_KEY``.
+            dashboard_url: the ``hermes serve`` backend, if model/config management is wanted.
+            dashboard_token: the dashboard session token.
+            transport: replaces the network for the gateway (and the dashboard, unless given its own).
+            dashboard_transport: replaces the network for the dashboard.
+            connect_timeout: seconds to establish a connection.
+            request_timeout: seconds for any other phase of an ordinary request.
+            stream_read_timeout: seconds of silence after which a run stream counts as dead. Hermes
+                sends a keepalive comment after 30 s of silence, so this must stay well above 30.
+        """
+        timeout = httpx.Timeout(request_timeout, connect=connect_timeout)
+        self._stream_timeout = httpx.Timeout(request_timeout, connect=connect_timeout, read=stream_read_timeout)
+        self._gateway = httpx.AsyncClient(
+            base_url=base_url,
+            headers={"Authorization": f"Bearer {api_key}"},
+            timeout=timeout,
+            transport=transport,
+        )
+        self._dashboard: httpx.AsyncClient | None = None
+        if dashboard_url:
+            self._dashboard = httpx.AsyncClient(
+                base_url=dashboard_url,
+                headers={DASHBOARD_TOKEN_HEADER: dashboard_token} if dashboard_token else {},
+                timeout=timeout,
+                transport=dashboard_transport or transport,
+            )
+
+    @property
+    def has_dashboard(self) -> bool:
+        """Whether model and config management (the dashboard API) is configured."""
+        return self._dashboard is not None
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._gateway.aclose()
+        if self._dashboard is not None:
+            await self._dashboard.aclose()
+
+    # --- plumbing ---------------------------------------------------------------------------------
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Mapping[str, str | int] | None = None,
+        dashboard: bool = False,
+    ) -> httpx.Response:
+        http = self._gateway
+        if dashboard:
+            if self._dashboard is None:
+                raise HermesUnavailable("the Hermes dashboard API is not configured")
+            http = self._dashboard
+        try:
+            response = await http.request(method, path, json=json, params=params)
+        except httpx.TimeoutException as exc:
+            raise HermesUnavailable(f"Hermes did not answer in time ({type(exc).__name__})") from exc
+        except httpx.TransportError as exc:
+            raise HermesUnavailable(f"cannot reach Hermes ({type(exc).__name__})") from exc
+        if not response.is_success:
+            raise error_from_response(response.status_code, response.content)
+        return response
+
+    # --- health -----------------------------------------------------------------------------------
+
+    async def health(self) -> Health:
+        """``GET /health`` (no auth needed)."""
+        return _decode(await self._send("GET", "/health"), Health)
+
+    # --- runs -------------------------------------------------------------------------------------
+
+    async def create_run(
+        self,
+        input: str | Sequence[Mapping[str, str]],
+        *,
+        session_id: str | None = None,
+        conversation_history: Sequence[Mapping[str, str]] | None = None,
+        instructions: str | None = None,
+        model: str | None = None,
+    ) -> RunHandle:
+        """Start a run. 0.19.0 loads no history for ``session_id``: pass ``conversation_history``."""
+        body = _without_none(
+            {
+                "input": input if isinstance(input, str) else [dict(message) for message in input],
+                "session_id": session_id,
+                "conversation_history": (
+                    None if conversation_history is None else [dict(message) for message in conversation_history]
+                ),
+                "instructions": instructions,
+                "model": model,
+            }
+        )
+        return _decode(await self._send("POST", "/v1/runs", json=body), RunHandle)
+
+    async def run_events(self, run_id: str) -> AsyncGenerator[RunEvent, None]:
+        """Stream the events of a run until its terminal event (completed, failed or cancelled).
+
+        Hermes allows one consumer per run and no resume: once this stream ends, for any reason, a
+        new subscription gets ``HermesNotFound``. A stream that ends before a terminal event raises
+        ``HermesUnavailable``. Event names this client does not know are skipped. Wrap the iterator
+        in ``contextlib.aclosing`` when leaving it early, so the connection closes at once.
+        """
+        path = f"/v1/runs/{run_id}/events"
+        try:
+            async with self._gateway.stream("GET", path, timeout=self._stream_timeout) as response:
+                if response.status_code != 200:
+                    await response.aread()
+                    raise error_from_response(response.status_code, response.content)
+                parser = SSEDataParser()
+                async for chunk in response.aiter_bytes():
+                    for event in _decode_events(parser.feed(chunk)):
+                        yield event
+                        if type(event) in _TERMINAL_TYPES:
+                            return
+        except httpx.TimeoutException as exc:
+            raise HermesUnavailable(f"the run event stream stalled ({type(exc).__name__})") from exc
+        except httpx.TransportError as exc:
+            raise HermesUnavailable(f"the run event stream broke ({type(exc).__name__})") from exc
+        raise HermesUnavailable("the run event stream ended before the run finished")
+
+    async def get_run(self, run_id: str) -> RunStatus:
+        return _decode(await self._send("GET", f"/v1/runs/{run_id}"), RunStatus)
+
+    async def respond_approval(self, run_id: str, choice: str, *, all: bool = False) -> ApprovalResult:
+        """Answer the oldest pending approval (or every one, with ``all``): once, session, always or deny."""
+        body: dict[str, Any] = {"choice": choice}
+        if all:
+            body["all"] = True
+        return _decode(await self._send("POST", f"/v1/runs/{run_id}/approval", json=body), ApprovalResult)
+
+    async def stop_run(self, run_id: str) -> RunHandle:
+        """Ask a run to stop; ``run.cancelled`` follows on its stream. A finished run is ``HermesNotFound``."""
+        return _decode(await self._send("POST", f"/v1/runs/{run_id}/stop"), RunHandle)
+
+    async def respond_clarify(self, run_id: str, clarify_id: str, response: str | None) -> ClarifyResult:
+        """Answer a ``clarify.request`` (newer Hermes). ``None`` asks Hermes to wait for free text."""
+        body = {"clarify_id": clarify_id, "response": response}
+        return _decode(await self._send("POST", f"/v1/runs/{run_id}/clarify", json=body), ClarifyResult)
+
+    # --- sessions ---------------------------------------------------------------------------------
+
+    async def list_sessions(self, *, source: str | None = None, limit: int = 50, offset: int = 0) -> SessionPage:
+        """Sessions by last activity, newest first. ``source="cron"`` lists job executions."""
+        params: dict[str, str | int] = {"limit": limit, "offset": offset}
+        if source is not None:
+            params["source"] = source
+        return _decode(await self._send("GET", "/api/sessions", params=params), SessionPage)
+
+    async def get_session(self, session_id: str) -> Session:
+        return _decode(await self._send("GET", f"/api/sessions/{session_id}"), _SessionEnvelope).session
+
+    async def create_session(self, *, session_id: str | None = None, title: str | None = None) -> Session:
+        body = _without_none({"id": session_id, "title": title})
+        return _decode(await self._send("POST", "/api/sessions", json=body), _SessionEnvelope).session
+
+    async def rename_session(self, session_id: str, title: str | None) -> Session:
+        """Set (or, with None, clear) a session's title. Titles are unique in Hermes."""
+        response = await self._send("PATCH", f"/api/sessions/{session_id}", json={"title": title})
+        return _decode(response, _SessionEnvelope).session
+
+    async def delete_session(self, session_id: str) -> None:
+        await self._send("DELETE", f"/api/sessions/{session_id}")
+
+    async def session_messages(self, session_id: str) -> list[SessionMessage]:
+        """The whole active transcript (0.19.0 has no pagination here), tool messages included."""
+        return _decode(await self._send("GET", f"/api/sessions/{session_id}/messages"), _MessageList).data
+
+    # --- jobs -------------------------------------------------------------------------------------
+
+    async def list_jobs(self, include_disabled: bool = True) -> list[Job]:
+        params = {"include_disabled": "true"} if include_disabled else None
+        return _decode(await self._send("GET", "/api/jobs", params=params), _JobList).jobs
+
+    async def create_job(
+        self,
+        name: str,
+        schedule: str,
+        prompt: str,
+        *,
+        repeat: int | None = None,
+        deliver: str = "local",
+        skills: Sequence[str] | None = None,
+    ) -> Job:
+        """Create a job. ``schedule``: "30m" (once), "every 2h", a 5-field cron line, or an ISO time."""
+        body = _without_none(
+            {
+                "name": name,
+                "schedule": schedule,
+                "prompt": prompt,
+                "deliver": deliver,
+                "repeat": repeat,
+                "skills": None if skills is None else list(skills),
+            }
+        )
+        return _decode(await self._send("POST", "/api/jobs", json=body), _JobEnvelope).job
+
+    async def get_job(self, job_id: str) -> Job:
+        return _decode(await self._send("GET", f"/api/jobs/{job_id}"), _JobEnvelope).job
+
+    async def update_job(self, job_id: str, **fields: Any) -> Job:
+        """Patch a job: name, schedule, prompt, deliver, skills, skill, repeat, enabled.
+
+        ``repeat`` is always sent as ``{"times": N, "completed": 0}`` (None means forever): 0.19.0
+        corrupts a job patched with a bare int. Pause with ``pause_job``, not ``enabled=False``.
+        """
+        unknown = set(fields) - JOB_UPDATE_FIELDS
+        if unknown:
+            raise ValueError(f"Hermes cannot update job fields: {', '.join(sorted(unknown))}")
+        body = dict(fields)
+        if "repeat" in body:
+            body["repeat"] = _repeat_object(body["repeat"])
+        return _decode(await self._send("PATCH", f"/api/jobs/{job_id}", json=body), _JobEnvelope).job
+
+    async def delete_job(self, job_id: str) -> None:
+        await self._send("DELETE", f"/api/jobs/{job_id}")
+
+    async def pause_job(self, job_id: str) -> Job:
+        return _decode(await self._send("POST", f"/api/jobs/{job_id}/pause"), _JobEnvelope).job
+
+    async def resume_job(self, job_id: str) -> Job:
+        return _decode(await self._send("POST", f"/api/jobs/{job_id}/resume"), _JobEnvelope).job
+
+    async def run_job(self, job_id: str) -> Job:
+        """Run a job now. Its output appears later as session ``cron_<job id>_<YYYYMMDD_HHMMSS>``."""
+        return _decode(await self._send("POST", f"/api/jobs/{job_id}/run"), _JobEnvelope).job
+
+    # --- dashboard --------------------------------------------------------------------------------
+
+    async def model_options(self) -> ModelOptions:
+        """Providers with their models, and the current global model and provider."""
+        return _decode(await self._send("GET", "/api/model/options", dashboard=True), ModelOptions)
+
+    async def model_info(self) -> ModelInfo:
+        return _decode(await self._send("GET", "/api/model/info", dashboard=True), ModelInfo)
+
+    async def set_model(self, provider: str, model: str, base_url: str | None = None) -> None:
+        """Change the global model; the gateway uses it from its next run on."""
+        body = _without_none({"scope": "main", "provider": provider, "model": model, "base_url": base_url})
+        await self._send("POST", "/api/model/set", json=body, dashboard=True)
+
+    async def get_config(self) -> dict[str, Any]:
+        """The dashboard's view of ``config.yaml`` (``model`` flattened to the model name)."""
+        return _decode(await self._send("GET", "/api/config", dashboard=True), dict[str, Any])
+
+    async def put_config(self, config: Mapping[str, Any]) -> None:
+        """Deep-merge ``config`` into ``config.yaml``, e.g. ``{"agent": {"reasoning_effort": "low"}}``."""
+        await self._send("PUT", "/api/config", json={"config": dict(config)}, dashboard=True)
+
+    async def reasoning_effort(self) -> str | None:
+        """The global reasoning effort (``agent.reasoning_effort``), or None when unset."""
+        agent = (await self.get_config()).get("agent")
+        effort = agent.get("reasoning_effort") if isinstance(agent, dict) else None
+        return effort if isinstance(effort, str) and effort else None

@@ -1,0 +1,65 @@
+"""Pytest plugin: the demo Hermes (``demo_hermes.DemoHermesServer``) on loopback, and clients for it.
+
+Registered from ``tests/conftest.py`` (``pytest_plugins = [..., "tests.demo_hermes_server"]``).
+
+Fixtures
+  ``demo_hermes``         session-scoped :class:`DemoHermesServer`, shared by every test of the session (each
+                          pytest-xdist worker has its own). Do not change its global model or config there;
+                          use ``make_demo_hermes`` for that.
+  ``make_demo_hermes``    factory for a private :class:`DemoHermesServer` (keyword options of the class),
+                          stopped when the test ends.
+  ``demo_hermes_client``  a :class:`HermesClient` on ``demo_hermes``, gateway and dashboard (async tests).
+
+Helper: :func:`client_for` builds a ``HermesClient`` for any ``DemoHermesServer``.
+"""
+
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import pytest
+
+# The scenarios assert a lot; let pytest explain their failures. Must run before the first import of them.
+pytest.register_assert_rewrite("tests.hermes_scenarios")
+
+from demo_hermes import DemoHermesServer  # noqa: E402
+from hermes_client import HermesClient  # noqa: E402
+
+__all__ = ["client_for"]
+
+
+def client_for(server: DemoHermesServer, *, api_key: str | None = None) -> HermesClient:
+    """A client for the gateway and dashboard of ``server`` (``api_key`` overrides the right key)."""
+    return HermesClient(
+        server.base_url,
+        server.api_key if api_key is None else api_key,
+        dashboard_url=server.dashboard_url,
+        dashboard_token=server.dashboard_token,
+        connect_timeout=5.0,
+        request_timeout=10.0,
+    )
+
+
+@pytest.fixture(scope="session")
+def demo_hermes() -> Iterator[DemoHermesServer]:
+    with DemoHermesServer() as server:
+        yield server
+
+
+@pytest.fixture
+def make_demo_hermes() -> Iterator[Callable[..., DemoHermesServer]]:
+    started: list[DemoHermesServer] = []
+
+    def make(**options: Any) -> DemoHermesServer:
+        server = DemoHermesServer(**options).start()
+        started.append(server)
+        return server
+
+    yield make
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
+async def demo_hermes_client(demo_hermes: DemoHermesServer) -> AsyncIterator[HermesClient]:
+    async with client_for(demo_hermes) as client:
+        yield client
