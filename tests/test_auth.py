@@ -7,6 +7,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
 from handlers.app import create_app
@@ -38,19 +39,19 @@ async def settings(make_settings: Callable[..., Settings]) -> Settings:
 
 
 @pytest.fixture
-async def client(settings: Settings) -> AsyncIterator[AsyncTestClient[object]]:
+async def client(settings: Settings) -> AsyncIterator[AsyncTestClient[Litestar]]:
     await add_account(settings, "alice")
     async with AsyncTestClient(create_app(settings), base_url=BASE) as c:
         yield c
 
 
 async def login(
-    client: AsyncTestClient[object], username: str = "alice", password: str = "pw-123456"
+    client: AsyncTestClient[Litestar], username: str = "alice", password: str = "pw-123456"
 ) -> httpx.Response:
     return await client.post("/api/auth/login", json={"username": username, "password": password})
 
 
-async def test_no_or_wrong_credentials_are_401(client: AsyncTestClient[object]) -> None:
+async def test_no_or_wrong_credentials_are_401(client: AsyncTestClient[Litestar]) -> None:
     response = await client.get("/api/me")
     assert response.status_code == 401
     assert response.json()["error"]["code"] == "unauthorized"
@@ -61,7 +62,7 @@ async def test_no_or_wrong_credentials_are_401(client: AsyncTestClient[object]) 
 
 
 async def test_secret_is_the_owner_and_tokens_are_their_account(
-    client: AsyncTestClient[object], settings: Settings
+    client: AsyncTestClient[Litestar], settings: Settings
 ) -> None:
     owner = await client.get("/api/me", headers={"Authorization": f"Bearer {TEST_SECRET}"})
     assert owner.status_code == 200
@@ -71,7 +72,7 @@ async def test_secret_is_the_owner_and_tokens_are_their_account(
     assert bob.json()["name"] == "bob"
 
 
-async def test_login_sets_an_httponly_lax_cookie(client: AsyncTestClient[object]) -> None:
+async def test_login_sets_an_httponly_lax_cookie(client: AsyncTestClient[Litestar]) -> None:
     response = await login(client)
     assert response.status_code == 200
     body = response.json()
@@ -84,7 +85,7 @@ async def test_login_sets_an_httponly_lax_cookie(client: AsyncTestClient[object]
     assert (await client.get("/api/me", headers={"Authorization": f"Bearer {body['token']}"})).status_code == 200
 
 
-async def test_wrong_password_is_401_and_sixth_failure_is_429(client: AsyncTestClient[object]) -> None:
+async def test_wrong_password_is_401_and_sixth_failure_is_429(client: AsyncTestClient[Litestar]) -> None:
     for _ in range(5):
         assert (await login(client, password="wrong")).status_code == 401
     sixth = await login(client, password="wrong")
@@ -95,7 +96,7 @@ async def test_wrong_password_is_401_and_sixth_failure_is_429(client: AsyncTestC
     assert (await login(client, username="mallory", password="x")).status_code == 401
 
 
-async def test_cookie_mutation_needs_an_allowed_origin(client: AsyncTestClient[object]) -> None:
+async def test_cookie_mutation_needs_an_allowed_origin(client: AsyncTestClient[Litestar]) -> None:
     assert (await login(client)).status_code == 200
     missing = await client.post("/api/auth/logout")
     assert missing.status_code == 403
@@ -115,14 +116,14 @@ async def test_configured_origins_replace_the_default(make_settings: Callable[..
         assert (await client.post("/api/auth/logout", headers={"Origin": "https://hope.example"})).status_code == 200
 
 
-async def test_bearer_mutation_needs_no_origin(client: AsyncTestClient[object]) -> None:
+async def test_bearer_mutation_needs_no_origin(client: AsyncTestClient[Litestar]) -> None:
     token = (await login(client)).json()["token"]
     client.cookies.clear()
     response = await client.post("/api/auth/logout", headers={"Authorization": f"Bearer {token}"})
     assert response.status_code == 200
 
 
-async def test_logout_revokes_the_session(client: AsyncTestClient[object]) -> None:
+async def test_logout_revokes_the_session(client: AsyncTestClient[Litestar]) -> None:
     token = (await login(client)).json()["token"]
     assert (await client.post("/api/auth/logout", headers={"Origin": BASE})).status_code == 200
     client.cookies.clear()
@@ -143,7 +144,7 @@ async def test_expired_session_is_401(make_settings: Callable[..., Settings]) ->
         assert (await client.get("/api/me", headers={"Authorization": f"Bearer {token}"})).status_code == 401
 
 
-async def test_disabled_account_is_401(client: AsyncTestClient[object], settings: Settings) -> None:
+async def test_disabled_account_is_401(client: AsyncTestClient[Litestar], settings: Settings) -> None:
     _, token = await add_account(settings, "carol")
     assert (await client.get("/api/me", headers={"Authorization": f"Bearer {token}"})).status_code == 200
     db = Database(settings.database_path)
@@ -154,7 +155,7 @@ async def test_disabled_account_is_401(client: AsyncTestClient[object], settings
     assert (await login(client, username="carol")).status_code == 401
 
 
-async def test_database_holds_no_token_in_clear(client: AsyncTestClient[object], settings: Settings) -> None:
+async def test_database_holds_no_token_in_clear(client: AsyncTestClient[Litestar], settings: Settings) -> None:
     session_token = (await login(client)).json()["token"]
     _, api_token = await add_account(settings, "dave")
     conn = sqlite3.connect(settings.database_path)
