@@ -85,9 +85,10 @@ class SessionRecord:
         body["has_model_config"] = self.has_model_config
         return body
 
-    def preview(self) -> str | None:
+    def preview(self) -> str:
+        """The first user message (about 60 chars); "" before there is one, as 0.19.0 sends."""
         first_user = next((m.content for m in self.messages if m.role == "user" and m.content), None)
-        return first_user[:60] if first_user else None
+        return first_user[:60] if first_user else ""
 
 
 class SessionStore:
