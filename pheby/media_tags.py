@@ -9,7 +9,7 @@ import re
 
 # A tag runs to the next whitespace; quotes or backticks around it are dropped too.
 _TAG = re.compile(r"""[`"']?MEDIA:(?P<path>[^\s`"']+)[`"']?""")
-_PARTIAL_PREFIXES = tuple("MEDIA:"[:i] for i in range(1, 7))
+_PARTIAL_PREFIXES = tuple("MEDIA:"[:i] for i in range(1, 7))  # "M" … "MEDIA:"
 
 
 def media_paths(text: str) -> list[str]:
@@ -32,6 +32,8 @@ def visible_draft(draft: str) -> str:
     cut = len(draft)
     last_word_start = max(draft.rfind(" "), draft.rfind("\n"), draft.rfind("\t")) + 1
     tail = draft[last_word_start:].lstrip("`\"'")
-    if tail.startswith(_PARTIAL_PREFIXES) or tail.startswith("MEDIA:"):
+    if tail.startswith(_PARTIAL_PREFIXES):
         cut = last_word_start
-    return _TAG.sub("", draft[:cut]).rstrip()
+    shown = draft[:cut]
+    # Drafts are re-checked on every delta: skip the regex unless a tag is there at all.
+    return (_TAG.sub("", shown) if "MEDIA:" in shown else shown).rstrip()

@@ -143,7 +143,6 @@ class RunManager:
             self.release(run)
             raise
         run.hermes_run_id = handle.run_id
-        await self._conversations.touch(conversation.id)
         account_id = run.account.id
         self._hub.broadcast(
             account_id, ev.RunAccepted(conversation_id=conversation.id, run_id=run.run_id, request_id=request_id)
@@ -153,6 +152,7 @@ class RunManager:
             ev.MessageStart(conversation_id=conversation.id, run_id=run.run_id, message_id=run.message_id),
         )
         run.reader = asyncio.create_task(self._read(run), name=f"run-{run.run_id}")
+        await self._conversations.touch(conversation.id)  # after the reader starts: deltas wait for no one
 
     async def _history(self, client: hc.HermesClient, conversation: Conversation) -> list[dict[str, str]]:
         """User/assistant turns with text, oldest first (0.19.0 doesn't load history for /v1/runs)."""

@@ -76,7 +76,11 @@ async def run_to_end(client: PhebyClient, conversation_id: str, text: str, timeo
     accepted = await client.request("chat.send", "run.accepted", conversation_id=conversation_id, text=text)
     assert accepted["type"] == "run.accepted", accepted
     await client.expect("run.finished", timeout=timeout, run_id=accepted["run_id"])
-    return [f for f in client.frames[start:] if f.get("conversation_id") == conversation_id]
+    return [
+        f
+        for f in client.frames[start:]
+        if f.get("conversation_id") == conversation_id and not f["type"].startswith("conversation.")
+    ]
 
 
 def of_types(frames: list[Frame], *types: str) -> list[Frame]:
