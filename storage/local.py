@@ -7,6 +7,7 @@ inside the root is refused, never followed. The content type is kept in an exten
 All file I/O runs in worker threads, in 1 MiB pieces.
 """
 
+import asyncio
 import builtins
 import contextlib
 import errno
@@ -69,6 +70,8 @@ class LocalDiskStore(BlobStore):
         """Stream into a temp file, then move it into place; see `BlobStore.put`."""
         parts = _split(key)
         temp = await _run(self._new_temp)
+        # One batch is written in a worker thread while the next is received: at most two in memory.
+        writing: asyncio.Task[None] | None = None
         try:
             size = batched = 0
             batch: list[bytes] = []
@@ -79,12 +82,20 @@ class LocalDiskStore(BlobStore):
                 batch.append(chunk)
                 batched += len(chunk)
                 if batched >= _IO_SIZE:
-                    await _run(temp.write, batch)
+                    if writing is not None:
+                        await writing
+                    writing = asyncio.ensure_future(_run(temp.write, batch))
                     batch, batched = [], 0
+            if writing is not None:
+                await writing
             await _run(temp.write, batch)
             return await _run(self._commit, temp, key, parts, content_type or DEFAULT_CONTENT_TYPE, create_only)
         finally:
             with anyio.CancelScope(shield=True):  # also on cancellation: never leave a temp file
+                if writing is not None:
+                    await asyncio.wait([writing])  # the thread can't be stopped: let it finish first
+                    if not writing.cancelled():
+                        writing.exception()  # already raised above, or superseded by the error in flight
                 await to_thread.run_sync(temp.discard)
 
     async def open(self, key: str) -> BlobReader:
