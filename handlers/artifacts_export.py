@@ -7,7 +7,7 @@ inline (no HTML, nothing executable), and `.md` / `.txt` is all it claims to be.
 import re
 from urllib.parse import quote
 
-from litestar import Response, get
+from litestar import MediaType, Response, get
 from litestar.di import NamedDependency
 from litestar.params import FromPath, FromQuery
 
@@ -40,7 +40,7 @@ async def export_artifact(
     artifact = await services.artifacts.get(current_user.account.id, artifact_id, revision)
     return Response(
         artifact.content.encode("utf-8"),
-        media_type="text/plain; charset=utf-8",
+        media_type=MediaType.TEXT,  # Litestar adds `; charset=utf-8` to text types
         headers={
             "Content-Disposition": attachment_disposition(export_filename(artifact.title, artifact.kind)),
             "Cache-Control": "no-store",

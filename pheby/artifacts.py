@@ -289,14 +289,17 @@ class Artifacts:
 
     def _check_storage(self, conn: sqlite3.Connection, account_id: str, added: int) -> None:
         """Refuse `added` more retained bytes past the account's or the server's limit."""
-        row = conn.execute("SELECT bytes FROM artifact_usage WHERE account_id = ?", (account_id,)).fetchone()
-        if (row[0] if row else 0) + added > self.limits.account_bytes:
+        account_bytes, total_bytes = conn.execute(
+            "SELECT COALESCE((SELECT bytes FROM artifact_usage WHERE account_id = ?), 0), "
+            "COALESCE((SELECT SUM(bytes) FROM artifact_usage), 0)",
+            (account_id,),
+        ).fetchone()
+        if account_bytes + added > self.limits.account_bytes:
             raise TooLarge(
                 f"This account's artifact versions would exceed {self.limits.account_bytes} bytes "
                 "(deleted artifacts' versions count too)"
             )
-        (total,) = conn.execute("SELECT COALESCE(SUM(bytes), 0) FROM artifact_usage").fetchone()
-        if total + added > self.limits.global_bytes:
+        if total_bytes + added > self.limits.global_bytes:
             raise TooLarge("The server's storage for artifact versions is full")
 
 
