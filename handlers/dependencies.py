@@ -1,8 +1,10 @@
 """App-level dependencies: the services container and `current_user` for `/api/*`."""
 
+from typing import Any
+
 from litestar import Request
 from litestar.datastructures import State
-from litestar.di import Provide
+from litestar.di import NamedDependency, Provide
 
 from pheby.auth import Principal
 from pheby.services import Services
@@ -13,8 +15,8 @@ def provide_services(state: State) -> Services:
     return services
 
 
-async def provide_current_user(request: Request[object, object, State]) -> Principal:
-    services: Services = request.app.state.services
+async def provide_current_user(request: Request[Any, Any, Any], services: NamedDependency[Services]) -> Principal:
+    # Depending on `services` (not app.state) lets Litestar resolve the two in sequence, without a task group.
     return await services.authenticator.for_api(request)
 
 
