@@ -19,11 +19,11 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the server (one uvicorn worker)")
-    serve.add_argument("--host", default=None)
-    serve.add_argument("--port", type=int, default=None)
-    serve.add_argument("--data-dir", dest="serve_data_dir", type=Path, default=None)
-    serve.add_argument("--log-format", choices=["text", "json"], default=None)
-    serve.add_argument("--workers", type=int, default=1)
+    serve.add_argument("--host", default=None, help="listen address (env PHEBY_HOST, default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=None, help="listen port (env PHEBY_PORT, default 8620)")
+    serve.add_argument("--data-dir", dest="serve_data_dir", type=Path, default=None, help="data directory")
+    serve.add_argument("--log-format", choices=["text", "json"], default=None, help="env PHEBY_LOG_FORMAT")
+    serve.add_argument("--workers", type=int, default=1, help="must be 1: one process holds every WebSocket")
 
     account = commands.add_parser("account", help="manage accounts").add_subparsers(dest="action", required=True)
     create = account.add_parser("create", help="create an account; prints JSON {id, name}")
@@ -48,12 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     file=sys.stderr,
                 )
                 return 2
-            settings = load_settings(host=args.host, port=args.port, data_dir=data_dir, log_format=args.log_format)
-            from pheby.server import configure_logging, serve  # keeps account commands light
-
-            configure_logging(settings.log_format)
-            serve(settings)
-            return 0
+            return _serve(args, data_dir)
         settings = load_settings(data_dir=data_dir)
         result = asyncio.run(_account_command(settings, args))
     except SettingsError as exc:
@@ -64,6 +59,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     print(json.dumps(result))
     return 0
+
+
+def _serve(args: argparse.Namespace, data_dir: Path | None) -> int:
+    """`pheby serve`: settings, start-up checks (refusals are one line on stderr), then uvicorn."""
+    try:
+        settings = load_settings(host=args.host, port=args.port, data_dir=data_dir, log_format=args.log_format)
+    except OSError as exc:  # writing the generated secret into the data dir
+        reason = exc.strerror or type(exc).__name__
+        print(f"pheby serve: PHEBY_DATA_DIR: cannot write {exc.filename or data_dir} ({reason})", file=sys.stderr)
+        return 2
+    from pheby.server import configure_logging, serve  # keeps account commands light
+    from pheby.startup_checks import StartupRefused, run_startup_checks
+
+    configure_logging(settings.log_format)
+    try:
+        asyncio.run(run_startup_checks(settings))
+    except StartupRefused as exc:
+        print(f"pheby serve: {exc}", file=sys.stderr)
+        return 2
+    return 0 if serve(settings) else 3
 
 
 async def _account_command(settings: Settings, args: argparse.Namespace) -> dict[str, object]:

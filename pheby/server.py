@@ -1,26 +1,65 @@
 """Running the app under uvicorn: one worker holds the WebSockets, run streams and scheduler."""
 
+import asyncio
+import json
 import logging
+import signal
+import socket
 import sys
+from datetime import UTC, datetime
+from types import FrameType
 
 import uvicorn
+from litestar import Litestar
 
 from handlers.app import create_app
+from pheby.services import Services
 from pheby.settings import Settings
+
+log = logging.getLogger("pheby.server")
 
 # Above the protocol's 2 MiB frame limit, so a frame just over it is answered with `too_large`
 # on an open connection; only a far larger one is cut off by uvicorn with 1009.
 WS_MAX_SIZE = 4 * 1024 * 1024
 WS_PING_SECONDS = 30.0
+# Shutdown budget before uvicorn closes the sockets: runs get this long to end (each cancel waits
+# for Hermes to confirm), then every connection this long to flush its send queue.
+RUN_SHUTDOWN_SECONDS = 15.0
+DRAIN_SECONDS = 5.0
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object a line: ts (UTC, ISO 8601), level, logger, message, and exc when there is one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False)
 
 
 def configure_logging(log_format: str) -> None:
-    fmt = (
-        '{"ts":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","message":"%(message)s"}'
+    """Everything to stderr in one format, `text` or `json` (one object a line).
+
+    Call it again after building the app: Litestar's default logging config replaces the root
+    logger's handlers and gives its `litestar` logger its own, which this undoes.
+    """
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        JsonFormatter()
         if log_format == "json"
-        else "%(asctime)s %(levelname)s %(name)s: %(message)s"
+        else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     )
-    logging.basicConfig(level=logging.INFO, format=fmt, stream=sys.stderr)
+    logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
+    litestar_logger = logging.getLogger("litestar")
+    for own in list(litestar_logger.handlers):
+        litestar_logger.removeHandler(own)
+    litestar_logger.propagate = True
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per Hermes request is noise
 
 
@@ -40,6 +79,58 @@ def build_uvicorn_config(settings: Settings) -> uvicorn.Config:
     )
 
 
-def serve(settings: Settings) -> None:
-    """Serve until SIGINT/SIGTERM."""
-    uvicorn.Server(build_uvicorn_config(settings)).run()
+class PhebyServer(uvicorn.Server):
+    """`uvicorn.Server` whose shutdown lets every client see its runs end before the sockets close.
+
+    uvicorn closes each WebSocket (1012) *before* it runs the app's lifespan shutdown, which is too
+    late to tell clients anything. So `shutdown()` here first stops listening, cancels the active
+    runs (each client gets `run.finished`, status cancelled) and drains every connection's send
+    queue, all bounded in time; then uvicorn's own shutdown closes the sockets with 1012 and runs the
+    lifespan shutdown (scheduler, database).
+
+    SIGTERM (systemd, ECS, `docker stop`) and Ctrl-C are the normal ways to stop, so after a graceful
+    shutdown the process exits 0 rather than re-raising the signal as uvicorn does by default.
+    """
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if sig in (signal.SIGTERM, signal.SIGINT):
+            # Not recorded for uvicorn to re-raise after the shutdown: a graceful stop exits 0.
+            if self.should_exit and sig == signal.SIGINT:
+                self.force_exit = True  # a second Ctrl-C stops waiting for connections
+            self.should_exit = True
+            return
+        super().handle_exit(sig, frame)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        for server in self.servers:
+            server.close()  # stop accepting; uvicorn closing them again later is harmless
+        app = self.config.app
+        services = app.state.get("services") if isinstance(app, Litestar) else None
+        if isinstance(services, Services):
+            await settle(services)
+        await super().shutdown(sockets)
+
+
+async def settle(services: Services) -> None:
+    """Cancel the active runs, then flush every connection's queued frames (bounded)."""
+    log.info("stopping: ending active runs, then closing %d WebSocket(s)", len(services.hub.all_connections()))
+    try:
+        await asyncio.wait_for(services.runs.shutdown(), RUN_SHUTDOWN_SECONDS)
+    except TimeoutError:
+        log.warning("active runs did not end within %.0f s; closing connections anyway", RUN_SHUTDOWN_SECONDS)
+    connections = services.hub.all_connections()
+    if not connections:
+        return
+    try:
+        await asyncio.wait_for(asyncio.gather(*(c.drain_and_stop() for c in connections)), DRAIN_SECONDS + 1)
+    except TimeoutError:
+        log.warning("some WebSocket send queues did not drain in time")
+
+
+def serve(settings: Settings) -> bool:
+    """Serve until SIGINT/SIGTERM; False if the server never started (the lifespan failed)."""
+    config = build_uvicorn_config(settings)
+    configure_logging(settings.log_format)  # again: building the Litestar app replaced the root handlers
+    server = PhebyServer(config)
+    server.run()
+    return server.started
