@@ -105,4 +105,5 @@ def create_app(settings: Settings) -> Litestar:
         ),
         response_headers=[ResponseHeader(name="X-Content-Type-Options", value="nosniff")],
         debug=False,
+        logging_config=None,  # logging is the process's (pheby.server.configure_logging), not the app's
     )

@@ -31,7 +31,7 @@ class Authenticator:
     def __init__(self, settings: Settings, accounts: Accounts, owner: Account) -> None:
         self._secret = settings.secret.encode()
         self._allowed_origins = frozenset(settings.allowed_origins)
-        self._trusted_proxies = frozenset(settings.trusted_proxies)
+        self._trusted_proxies = tuple(ipaddress.ip_network(p, strict=False) for p in settings.trusted_proxies)
         self._accounts = accounts
         self._owner = owner
 
@@ -79,13 +79,20 @@ class Authenticator:
     def client_address(self, connection: ASGIConnection[Any, Any, Any, Any]) -> str:
         """The peer address, or X-Forwarded-For's nearest untrusted hop when the peer is a trusted proxy."""
         peer = connection.client.host if connection.client else "unknown"
-        if peer not in self._trusted_proxies:
+        if not self._is_trusted(peer):
             return peer
         hops = [h.strip() for h in connection.headers.get("x-forwarded-for", "").split(",") if h.strip()]
         for hop in reversed(hops):
-            if hop not in self._trusted_proxies and _is_ip(hop):
+            if _is_ip(hop) and not self._is_trusted(hop):
                 return hop
         return peer
+
+    def _is_trusted(self, address: str) -> bool:
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            return False
+        return any(ip in network for network in self._trusted_proxies)
 
     def _check_origin(self, connection: ASGIConnection[Any, Any, Any, Any]) -> None:
         origin = connection.headers.get("origin")

@@ -480,13 +480,16 @@ class RunManager:
         return run_id
 
     async def shutdown(self) -> None:
-        """Stop every active run so each client sees its `run.finished`."""
+        """Stop every active run, all at once, so each client sees its `run.finished`."""
         runs = list(self._by_conversation.values())
-        for run in runs:
+
+        async def stop(run: ActiveRun) -> None:
             try:
                 await self.cancel(run.account.id, run.conversation_id, run.run_id)
             except Exception:  # noqa: BLE001 - shutting down regardless
                 self._finish(run, "cancelled")
+
+        await asyncio.gather(*(stop(run) for run in runs))
         for run in runs:
             if run.reader is not None and not run.reader.done():
                 run.reader.cancel()

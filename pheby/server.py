@@ -44,11 +44,7 @@ class JsonFormatter(logging.Formatter):
 
 
 def configure_logging(log_format: str) -> None:
-    """Everything to stderr in one format, `text` or `json` (one object a line).
-
-    Call it again after building the app: Litestar's default logging config replaces the root
-    logger's handlers and gives its `litestar` logger its own, which this undoes.
-    """
+    """Everything to stderr in one format, `text` or `json` (one object a line)."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
         JsonFormatter()
@@ -56,10 +52,6 @@ def configure_logging(log_format: str) -> None:
         else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     )
     logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
-    litestar_logger = logging.getLogger("litestar")
-    for own in list(litestar_logger.handlers):
-        litestar_logger.removeHandler(own)
-    litestar_logger.propagate = True
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per Hermes request is noise
 
 
@@ -73,6 +65,8 @@ def build_uvicorn_config(settings: Settings) -> uvicorn.Config:
         ws_max_size=WS_MAX_SIZE,
         ws_ping_interval=WS_PING_SECONDS,
         ws_ping_timeout=WS_PING_SECONDS,
+        # Compression state costs ~40 KiB per idle connection and is paid again per client per frame.
+        ws_per_message_deflate=False,
         timeout_graceful_shutdown=10,
         log_config=None,
         proxy_headers=False,  # X-Forwarded-For is honoured only from PHEBY_TRUSTED_PROXIES, by the app
@@ -129,8 +123,6 @@ async def settle(services: Services) -> None:
 
 def serve(settings: Settings) -> bool:
     """Serve until SIGINT/SIGTERM; False if the server never started (the lifespan failed)."""
-    config = build_uvicorn_config(settings)
-    configure_logging(settings.log_format)  # again: building the Litestar app replaced the root handlers
-    server = PhebyServer(config)
+    server = PhebyServer(build_uvicorn_config(settings))
     server.run()
     return server.started

@@ -3,6 +3,7 @@
 A bad value stops the server with one line naming the variable (`SettingsError`).
 """
 
+import ipaddress
 import os
 import re
 import secrets
@@ -45,7 +46,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     # PHEBY_ALLOWED_ORIGINS: comma-separated origins allowed for cookie-authenticated mutations.
     # Empty means "the server's own origin only".
     allowed_origins: tuple[str, ...] = ()
-    # PHEBY_TRUSTED_PROXIES: comma-separated peer addresses whose X-Forwarded-For is believed.
+    # PHEBY_TRUSTED_PROXIES: comma-separated addresses or networks (CIDR) whose X-Forwarded-For is believed.
     trusted_proxies: tuple[str, ...] = ()
     session_ttl_seconds: Annotated[int, msgspec.Meta(gt=0)] = 7 * 24 * 3600
     log_format: Literal["text", "json"] = "text"
@@ -180,5 +181,10 @@ def _check_consistency(settings: Settings) -> None:
     for origin in settings.allowed_origins:
         if not re.fullmatch(r"https?://[^/\s]+", origin):
             raise SettingsError(f"PHEBY_ALLOWED_ORIGINS: not an origin: {origin!r}")
+    for proxy in settings.trusted_proxies:
+        try:
+            ipaddress.ip_network(proxy, strict=False)
+        except ValueError:
+            raise SettingsError(f"PHEBY_TRUSTED_PROXIES: not an address or network: {proxy!r}") from None
     if settings.hermes_url and not re.match(r"https?://", settings.hermes_url):
         raise SettingsError("HERMES_URL: must start with http:// or https://")

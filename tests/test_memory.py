@@ -6,7 +6,7 @@ import os
 import stat
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import httpx
 import pytest
@@ -219,15 +219,24 @@ async def test_missing_or_unreadable_home_is_503(make_settings: Callable[..., Se
     assert not (tmp_path / "missing").exists()
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any directory")
-async def test_unreadable_home_is_503(make_settings: Callable[..., Settings], tmp_path: Path) -> None:
+async def test_unreadable_home_is_503(
+    make_settings: Callable[..., Settings], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The tests run as root, which reads any directory, so the kernel's refusal is simulated.
     home = tmp_path / "locked"
-    home.mkdir(mode=0o000)
-    try:
-        async with AsyncTestClient(create_app(make_settings(hermes_home=home)), base_url=BASE) as api:
-            assert (await api.get("/api/memory", headers=OWNER)).status_code == 503
-    finally:
-        home.chmod(0o700)
+    home.mkdir()
+    real_open = os.open
+
+    def refusing_open(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if str(path).startswith(str(home)):
+            raise PermissionError(13, "Permission denied")
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refusing_open)
+    async with AsyncTestClient(create_app(make_settings(hermes_home=home)), base_url=BASE) as api:
+        response = await api.get("/api/memory", headers=OWNER)
+        assert response.status_code == 503
+        assert str(home) not in response.text
 
 
 async def test_no_hermes_home_is_501(make_settings: Callable[..., Settings]) -> None:

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -165,7 +166,10 @@ async def test_serve_on_s3_chat_attachment_and_graceful_sigterm(served: Served) 
     assert too_large["error"]["code"] == "too_large"
     assert (await client.request("ping", "pong"))["type"] == "pong"
     flooder = await PhebyClient.connect(served.ws_url, SECRET)
-    await flooder.send_raw("x" * (5 * MiB))
+    # Only the frame header announcing 5 MiB is needed: uvicorn refuses on the length, before the payload
+    # (and the client need not push 5 MiB into a socket the server is closing).
+    header = bytes([0x81, 0x80 | 127]) + struct.pack("!Q", 5 * MiB) + os.urandom(4)
+    flooder.ws.transport.write(header + b"x" * 1024)
     assert await flooder.closed(timeout=10) == 1009
 
     slow = await client.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo slow")
@@ -197,18 +201,6 @@ def test_unwritable_data_dir_is_refused(tmp_path: Path) -> None:
     assert message.startswith("PHEBY_DATA_DIR: ")
     assert "not writable" in message
     assert "\n" not in message
-
-
-@pytest.mark.skipif(os.geteuid() == 0, reason="root can write into a read-only directory")
-def test_read_only_data_dir_is_refused(tmp_path: Path) -> None:
-    data_dir = tmp_path / "data"
-    data_dir.mkdir()
-    data_dir.chmod(0o500)
-    try:
-        with pytest.raises(StartupRefused, match="not writable"):
-            check_data_dir(data_dir)
-    finally:
-        data_dir.chmod(0o700)
 
 
 def test_writable_data_dir_passes_and_leaves_nothing_behind(tmp_path: Path) -> None:

@@ -45,6 +45,7 @@ def test_flags_override_environment(tmp_path: Path) -> None:
         ({"PHEBY_STORAGE": "s3"}, "PHEBY_S3_BUCKET"),
         ({"PHEBY_ALLOWED_ORIGINS": "not an origin"}, "PHEBY_ALLOWED_ORIGINS"),
         ({"HERMES_URL": "ftp://x"}, "HERMES_URL"),
+        ({"PHEBY_TRUSTED_PROXIES": "10.0.0.0/8,not-an-ip"}, "PHEBY_TRUSTED_PROXIES"),
     ],
 )
 def test_bad_value_names_the_variable(tmp_path: Path, env: dict[str, str], variable: str) -> None:

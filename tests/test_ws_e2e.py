@@ -163,7 +163,7 @@ async def test_forwarded_for_counts_only_from_trusted_proxies(
     live_settings: Callable[..., Settings],
     clients: list[PhebyClient],
 ) -> None:
-    server = start_live_server(live_settings(trusted_proxies=("127.0.0.1",)))
+    server = start_live_server(live_settings(trusted_proxies=("127.0.0.0/8",)))  # a network, as behind a load balancer
 
     async def hello(forwarded_for: str, secret: str) -> str:
         client = await PhebyClient.connect(server.ws_url, None, additional_headers={"X-Forwarded-For": forwarded_for})
