@@ -1,6 +1,6 @@
 """Streaming an attachment's bytes: stored type, safe download name, nosniff, no caching."""
 
-from typing import Any
+from collections.abc import AsyncIterator
 from urllib.parse import quote
 
 from litestar.response import Stream
@@ -16,9 +16,9 @@ def content_disposition(filename: str, disposition: str = "attachment") -> str:
 
 
 async def attachment_download(services: Services, attachment: Attachment) -> Stream:
-    reader: Any = await services.attachments.open_bytes(attachment)
+    reader = await services.attachments.open_bytes(attachment)
 
-    async def body() -> Any:
+    async def body() -> AsyncIterator[bytes]:
         async with reader:
             async for chunk in reader:
                 yield chunk

@@ -36,7 +36,7 @@ from pheby.file_types import (
 from pheby.media_files import MediaRefused, open_media_file, read_fd_chunks
 from pheby.quotas import UploadQuota
 from pheby.settings import Settings
-from storage import BlobStore, BlobTooLarge
+from storage import BlobReader, BlobStore, BlobTooLarge
 
 log = logging.getLogger("pheby.attachments")
 
@@ -312,7 +312,7 @@ class Attachments:
         )
         return [_row(r) for r in rows]
 
-    async def open_bytes(self, attachment: Attachment) -> Any:
+    async def open_bytes(self, attachment: Attachment) -> BlobReader:
         return await self._blobs.open(attachment.blob_key)
 
     # --- deleting and expiry ---------------------------------------------------------------
