@@ -72,6 +72,16 @@ def start_live_server() -> Iterator[Callable[[Settings], LiveServer]]:
         runner.stop()
 
 
+def hermes_settings(hermes: Any) -> dict[str, Any]:
+    """The settings that point a server at a demo Hermes (gateway and dashboard)."""
+    return {
+        "hermes_url": hermes.base_url,
+        "hermes_api_key": hermes.api_key,
+        "hermes_dashboard_url": hermes.base_url,
+        "hermes_dashboard_token": hermes.dashboard_token,
+    }
+
+
 @pytest.fixture
 def live_settings(make_settings: Callable[..., Settings], demo_hermes: Any) -> Callable[..., Settings]:
     """Settings for a live server on a free port against the shared demo Hermes."""
@@ -79,10 +89,7 @@ def live_settings(make_settings: Callable[..., Settings], demo_hermes: Any) -> C
     def make(**overrides: Any) -> Settings:
         values: dict[str, Any] = {
             "port": free_port(),
-            "hermes_url": demo_hermes.base_url,
-            "hermes_api_key": demo_hermes.api_key,
-            "hermes_dashboard_url": demo_hermes.base_url,
-            "hermes_dashboard_token": demo_hermes.dashboard_token,
+            **hermes_settings(demo_hermes),
             "media_roots": (demo_hermes.media_dir,),
             "ws_hello_timeout": 1.0,
         }

@@ -8,7 +8,7 @@ import pytest
 from demo_hermes import DemoHermesServer
 from pheby.settings import Settings
 from tests.demo_hermes_server import client_for
-from tests.live_server import LiveServer
+from tests.live_server import LiveServer, hermes_settings
 from tests.ws_client import PhebyClient
 
 pytestmark = [pytest.mark.anyio, pytest.mark.live]
@@ -22,10 +22,7 @@ async def test_cron_output_is_pushed_listed_and_in_history(
     hermes = make_demo_hermes()
     server = start_live_server(
         live_settings(
-            hermes_url=hermes.base_url,
-            hermes_api_key=hermes.api_key,
-            hermes_dashboard_url=hermes.base_url,
-            hermes_dashboard_token=hermes.dashboard_token,
+            **hermes_settings(hermes),
             job_poll_seconds=0.3,
         )
     )

@@ -25,7 +25,7 @@ from pheby.services import Services
 from pheby.settings import Settings
 from tests.conftest import TEST_SECRET
 from tests.demo_hermes_server import client_for
-from tests.live_server import LiveServer
+from tests.live_server import LiveServer, hermes_settings
 from tests.ws_client import PhebyClient
 
 pytestmark = pytest.mark.anyio
@@ -695,10 +695,7 @@ async def test_a_task_run_reaches_a_connected_client(
 ) -> None:
     server = start_live_server(
         live_settings(
-            hermes_url=hermes.base_url,
-            hermes_api_key=hermes.api_key,
-            hermes_dashboard_url=hermes.base_url,
-            hermes_dashboard_token=hermes.dashboard_token,
+            **hermes_settings(hermes),
             job_poll_seconds=0.3,
         )
     )

@@ -19,7 +19,7 @@ from hermes_client import HermesNotFound
 from pheby.accounts import Accounts, HermesAccountSettings
 from pheby.db import Database
 from pheby.settings import Settings
-from tests.live_server import LiveServer
+from tests.live_server import LiveServer, hermes_settings
 from tests.ws_client import Frame, PhebyClient
 
 pytestmark = [pytest.mark.anyio, pytest.mark.live]
@@ -597,10 +597,7 @@ async def test_models_and_reasoning(
     hermes = make_demo_hermes()  # a private double: this test changes its global model
     server = start_live_server(
         live_settings(
-            hermes_url=hermes.base_url,
-            hermes_api_key=hermes.api_key,
-            hermes_dashboard_url=hermes.base_url,
-            hermes_dashboard_token=hermes.dashboard_token,
+            **hermes_settings(hermes),
         )
     )
     owner = await PhebyClient.connect(server.ws_url, server.secret)
