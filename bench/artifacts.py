@@ -16,7 +16,6 @@ worker edits its own artifact, always against the revision it just got back, so 
 
 import argparse
 import asyncio
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 
 from litestar import Litestar, get
 
+from bench.support import free_port, stop_process
 from pheby.server import build_uvicorn_config
 from pheby.settings import load_settings
 
@@ -63,13 +63,6 @@ def serve(app_name: str, port: int, data_dir: Path) -> None:
     uvicorn.Server(config).run()
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 class Server:
     def __init__(self, app_name: str, data_dir: Path) -> None:
         self.port = free_port()
@@ -96,12 +89,7 @@ class Server:
         return float(times.user + times.system)
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_process(self.process)
 
 
 class Rate(NamedTuple):

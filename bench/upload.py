@@ -26,7 +26,6 @@ import contextlib
 import io
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -44,6 +43,7 @@ import uvicorn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
+from bench.support import free_port, stop_process
 from pheby.accounts import Accounts
 from pheby.conversations import Conversations
 from pheby.db import Database
@@ -110,24 +110,6 @@ def serve(kind: ServerKind, flags_json: str) -> None:
 
 
 # --- processes --------------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def stop_process(process: subprocess.Popen[bytes]) -> None:
-    """Terminate by PID, wait, and kill if it does not exit."""
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=15)
 
 
 class Server:

@@ -31,7 +31,6 @@ import itertools
 import json
 import logging
 import resource
-import socket
 import statistics
 import subprocess
 import sys
@@ -52,6 +51,7 @@ from websockets.exceptions import ConnectionClosed
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
 import hermes_client as hc
+from bench.support import free_port, stop_process
 from demo_hermes.server import DemoHermesServer
 from pheby.media_tags import visible_draft
 from pheby.server import build_uvicorn_config
@@ -348,13 +348,6 @@ def serve_child(flags_json: str) -> None:
     uvicorn.Server(build_uvicorn_config(settings)).run()
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def wait_until_up(process: subprocess.Popen[bytes], base_url: str) -> None:
     deadline = time.monotonic() + TIMEOUT
     while time.monotonic() < deadline:
@@ -365,16 +358,6 @@ def wait_until_up(process: subprocess.Popen[bytes], base_url: str) -> None:
                 return
         time.sleep(0.1)
     raise RuntimeError("the server did not come up")
-
-
-def stop_process(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=20)
 
 
 async def open_many(url: str, count: int, compression: Compression) -> list[ClientConnection]:
