@@ -25,6 +25,7 @@ COPY storage ./storage
 COPY scheduler ./scheduler
 COPY hermes_client ./hermes_client
 COPY demo_hermes ./demo_hermes
+COPY hermes_plugin ./hermes_plugin
 RUN pip install . && rm -rf /src
 
 WORKDIR /data

@@ -30,6 +30,8 @@ from handlers import (
     hope_attachments_delete,
     hope_attachments_get,
     hope_attachments_list,
+    internal_plugin_events,
+    internal_plugin_media,
     me,
     memory_get,
     memory_put,
@@ -82,6 +84,8 @@ ROUTES: list[ControllerRouterHandler] = [
     tasks_run.run_task,
     memory_get.get_memory,
     memory_put.put_memory,
+    internal_plugin_events.plugin_event,
+    internal_plugin_media.plugin_media,
 ]
 
 

@@ -18,4 +18,6 @@ async def capabilities(
     current_user: NamedDependency[Principal], services: NamedDependency[Services]
 ) -> CapabilitiesBody:
     found = await account_capabilities(services.hermes, current_user.account, services.settings.vision_models)
+    if services.plugin_link.configured:
+        found = msgspec.structs.replace(found, plugin=services.conversation_settings.extras_for(current_user.account))
     return CapabilitiesBody(capabilities=found)

@@ -455,14 +455,43 @@ class Attachments:
             log.warning("MEDIA: file skipped (%s)", exc if isinstance(exc, MediaRefused) else type(exc).__name__)
             return None
         filename = os.path.basename(raw_path)
+        return await self._store_outbound(
+            account_id, conversation_id, message_id, filename, _guess_mime(filename), read_fd_chunks(fd)
+        )
+
+    async def store_pushed_deliverable(
+        self,
+        account_id: str,
+        conversation_id: str,
+        message_id: str,
+        filename: str,
+        content_type: str | None,
+        chunks: AsyncIterable[bytes],
+    ) -> Attachment:
+        """Store a `MEDIA:` file whose bytes the companion plugin pushed (Hermes's disk is never read)."""
+        mime = base_mime(content_type)
+        if mime == "application/octet-stream":
+            mime = _guess_mime(filename)
+        return await self._store_outbound(account_id, conversation_id, message_id, filename, mime, chunks)
+
+    async def _store_outbound(
+        self,
+        account_id: str,
+        conversation_id: str,
+        message_id: str,
+        filename: str,
+        mime: str,
+        chunks: AsyncIterable[bytes],
+    ) -> Attachment:
+        """An agent deliverable: outbound, anchored to the turn, announced (claimed) at once."""
         return await self._store(
             account_id=account_id,
             surface="pheby",
             direction="outbound",
             filename=filename if filename_problem(filename) is None else "file",
-            mime=_guess_mime(filename),
-            chunks=read_fd_chunks(fd),
-            max_bytes=max_bytes,
+            mime=mime,
+            chunks=chunks,
+            max_bytes=self._settings.attachment_max_bytes,
             conversation_id=conversation_id,
             message_id=message_id,
             claimed=True,

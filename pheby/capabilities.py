@@ -13,10 +13,12 @@ from pathlib import Path
 
 import anyio.to_thread
 import msgspec
+from msgspec import UNSET, UnsetType
 
 import hermes_client as hc
 from pheby.accounts import Account
 from pheby.hermes_pool import HermesClients
+from pheby.plugin_link import PluginExtras
 
 # A capability screen should not wait on a stalled Hermes; a slow answer is as good as none.
 PROBE_TIMEOUT_SECONDS = 2.0
@@ -29,6 +31,8 @@ class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
     image: bool  # the selected model is configured (PHEBY_VISION_MODELS) to take images
     tasks: bool  # Hermes's jobs API answers
     memory: bool  # the account's Hermes home is there to read memory files from
+    # Which companion-plugin extras are live (booleans); left out when no plugin is configured.
+    plugin: PluginExtras | UnsetType = UNSET
 
 
 def local_capabilities() -> Capabilities:

@@ -1,4 +1,4 @@
-"""The `pheby` console command: `serve` and `account create|token|disable`."""
+"""The `pheby` console command: `serve`, `account create|token|disable` and `hermes install-plugin`."""
 
 import argparse
 import asyncio
@@ -6,6 +6,8 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+
+import msgspec
 
 from pheby.accounts import Accounts
 from pheby.db import Database
@@ -33,6 +35,14 @@ def _parser() -> argparse.ArgumentParser:
     token.add_argument("name")
     disable = account.add_parser("disable", help="disable an account (its tokens stop working)")
     disable.add_argument("name")
+
+    hermes = commands.add_parser("hermes", help="the companion Hermes plugin")
+    plugin = hermes.add_subparsers(dest="action", required=True)
+    install = plugin.add_parser("install-plugin", help="install or refresh the plugin in a Hermes home; prints JSON")
+    install.add_argument("--home", type=Path, required=True, help="the gateway's HERMES_HOME")
+    install.add_argument(
+        "--server-url", default=None, help="how the plugin reaches this server (default: http://PHEBY_HOST:PHEBY_PORT)"
+    )
     return parser
 
 
@@ -50,6 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 2
             return _serve(args, data_dir)
         settings = load_settings(data_dir=data_dir)
+        if args.command == "hermes":
+            return _install_plugin(settings, args)
         result = asyncio.run(_account_command(settings, args))
     except SettingsError as exc:
         print(f"pheby: {exc}", file=sys.stderr)
@@ -79,6 +91,19 @@ def _serve(args: argparse.Namespace, data_dir: Path | None) -> int:
         print(f"pheby serve: {exc}", file=sys.stderr)
         return 2
     return 0 if serve(settings) else 3
+
+
+def _install_plugin(settings: Settings, args: argparse.Namespace) -> int:
+    """`pheby hermes install-plugin`: the plugin into HERMES_HOME, the shared secret to both sides."""
+    from pheby.plugin_install import InstallError, install_plugin, server_url
+
+    try:
+        result = install_plugin(args.home, args.server_url or server_url(settings), settings.data_dir)
+    except (InstallError, OSError) as exc:
+        print(f"pheby hermes install-plugin: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(msgspec.to_builtins(result)))
+    return 0
 
 
 async def _account_command(settings: Settings, args: argparse.Namespace) -> dict[str, object]:

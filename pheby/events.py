@@ -225,6 +225,8 @@ class ModelsSnapshot(Event, frozen=True, tag="models.snapshot"):
     current_provider: str | None
     supported_reasoning_efforts: list[str]
     scope: str | UnsetType = UNSET
+    # Which companion-plugin extras are live (`pheby.plugin_link.PluginExtras`); absent without a plugin.
+    plugin: Any = UNSET
 
 
 class ModelCurrent(Event, frozen=True, tag="model.current"):

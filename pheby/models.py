@@ -1,7 +1,8 @@
 """Model and reasoning-effort selection through Hermes's dashboard API.
 
 Hermes 0.19.0 can change the model and effort only globally (the dashboard's `/api/model/set`
-and `PUT /api/config`); a change for one conversation is declined with `not_implemented`.
+and `PUT /api/config`); a change for one conversation needs the companion plugin
+(`pheby.conversation_settings`).
 """
 
 from collections.abc import Awaitable
@@ -19,10 +20,6 @@ T = TypeVar("T")
 NO_DASHBOARD = (
     "Model and reasoning settings need Hermes's dashboard API (`hermes serve`); "
     "set HERMES_DASHBOARD_URL and HERMES_DASHBOARD_TOKEN"
-)
-NO_CONVERSATION_SCOPE = (
-    "Hermes 0.19.0 cannot change the {what} of one conversation; omit conversation_id to change "
-    "the default for every conversation"
 )
 
 
@@ -52,10 +49,8 @@ class ModelChoices:
         ]
         return providers, options.model, options.provider
 
-    async def set_model(self, account: Account, model: str, provider: str | None, conversation_scoped: bool) -> str:
+    async def set_model(self, account: Account, model: str, provider: str | None) -> str:
         """Change the global model; returns the provider it was set for."""
-        if conversation_scoped:
-            raise NotImplementedByUpstream(NO_CONVERSATION_SCOPE.format(what="model"))
         client = self._dashboard(account)
         if not model.strip():
             raise BadRequest("model must not be blank")
@@ -68,11 +63,10 @@ class ModelChoices:
     async def effort(self, account: Account) -> str | None:
         return await _call(self._dashboard(account).reasoning_effort())
 
-    async def set_effort(self, account: Account, effort: str, conversation_scoped: bool) -> None:
+    async def set_effort(self, account: Account, effort: str) -> None:
+        """Change the global effort (`agent.reasoning_effort`)."""
         if effort not in REASONING_EFFORTS:
             raise BadRequest(f"effort must be one of: {', '.join(REASONING_EFFORTS)}")
-        if conversation_scoped:
-            raise NotImplementedByUpstream(NO_CONVERSATION_SCOPE.format(what="reasoning effort"))
         await _call(self._dashboard(account).put_config({"agent": {"reasoning_effort": effort}}))
 
 

@@ -8,9 +8,11 @@ decisions so `conversation.open` can hand a reconnecting client the recoverable 
 import asyncio
 import logging
 import secrets
+import time
 import uuid
-from collections import defaultdict, deque
+from collections import OrderedDict, defaultdict, deque
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from msgspec import UNSET, UnsetType
 
@@ -21,7 +23,9 @@ from pheby.conversations import Conversation, Conversations
 from pheby.errors import ApprovalNotFound, ClarifyNotFound, NotFound, RunActive, Unavailable, UpstreamFailure
 from pheby.hub import Hub
 from pheby.media_tags import media_paths, strip_media, visible_draft
+from pheby.plugin_link import NO_EXTRAS, PluginExtras
 from pheby.redact import redact
+from pheby.tool_merge import ToolMerge
 
 log = logging.getLogger("pheby.runs")
 
@@ -31,12 +35,34 @@ RUN_INSTRUCTIONS = (
     "To hand the user a file, put MEDIA:/absolute/path/to/file on its own line."
 )
 
+# The companion plugin: how long a tool event of the stream waits for the plugin's push of the same
+# call, how long a finished run waits for its pushed MEDIA: files, and how many finished runs late
+# pushes can still find.
+PLUGIN_TOOL_WINDOW_SECONDS = 2.5
+PLUGIN_MEDIA_WAIT_SECONDS = 5.0
+RECENT_RUNS = 256
+
 HermesFor = Callable[[Account], hc.HermesClient]
 DeliverMedia = Callable[["ActiveRun", list[str]], Awaitable[None]]
 
 
+class RunPlugin(Protocol):
+    """What runs need from the companion Hermes plugin (`pheby.conversation_settings`)."""
+
+    async def prepare_run(self, account: Account, conversation: Conversation, session_id: str) -> PluginExtras:
+        """Hand the plugin the conversation's settings; the extras this run may use."""
+        ...
+
+    async def answer_clarify(self, clarify_id: str, response: str) -> bool: ...
+
+
 def session_key(conversation_id: str) -> str:
     return f"agent:main:pheby:dm:{conversation_id}"
+
+
+def hermes_session_id(conversation: Conversation) -> str:
+    """The Hermes session a conversation's next turn goes to."""
+    return conversation.session_id or f"pheby_{conversation.id}"
 
 
 class PendingApproval:
@@ -65,6 +91,13 @@ class ActiveRun:
         self.finished = asyncio.Event()
         self.cancel_requested = False
         self.reader: asyncio.Task[None] | None = None
+        # The companion plugin's extras for this run (decided at start), and their state.
+        self.extras: PluginExtras = NO_EXTRAS
+        self.merge: ToolMerge | None = None
+        self.media_done = asyncio.Event()
+        self.media_fallback = False
+        self.plugin_clarify: set[str] = set()
+        self.answering: set[str] = set()
 
     def snapshot(self) -> ev.RunSnapshot:
         return ev.RunSnapshot(run_id=self.run_id, status=self.status, message_id=self.message_id, text=self.draft)
@@ -79,11 +112,15 @@ class RunManager:
         conversations: Conversations,
         hermes_for: HermesFor,
         deliver_media: DeliverMedia | None = None,
+        plugin: RunPlugin | None = None,
     ) -> None:
         self._hub = hub
         self._conversations = conversations
         self._hermes_for = hermes_for
         self._deliver_media = deliver_media
+        self._plugin = plugin
+        self._by_hermes: dict[str, ActiveRun] = {}
+        self._recent: OrderedDict[str, ActiveRun] = OrderedDict()
         self._by_conversation: dict[str, ActiveRun] = {}
         self._approvals: dict[str, ActiveRun] = {}
         self._clarifications: dict[str, ActiveRun] = {}
@@ -123,14 +160,17 @@ class RunManager:
     ) -> None:
         """Create the Hermes run for a reserved slot and start reading it; releases the slot on failure."""
         try:
-            session_id = conversation.session_id or f"pheby_{conversation.id}"
-            history = await self._history(run.client, conversation)
+            session_id = hermes_session_id(conversation)
+            run.extras = await self._plugin_extras(run, conversation, session_id)
+            # With the plugin's tool-aware history, Hermes gets the stored turns; else the text-only ones.
+            history = None if run.extras.history else await self._history(run.client, conversation)
             handle = await run.client.create_run(
                 hermes_input,
                 session_id=session_id,
                 conversation_history=history,
                 instructions=RUN_INSTRUCTIONS,
             )
+            self._watch_plugin(run, handle.run_id)
             if conversation.session_id is None:
                 await self._conversations.add_session(conversation.id, session_id)
         except hc.HermesUnavailable:
@@ -141,8 +181,8 @@ class RunManager:
             raise UpstreamFailure(f"Hermes refused the run: {exc}") from None
         except BaseException:
             self.release(run)
+            self._by_hermes.pop(run.hermes_run_id, None)
             raise
-        run.hermes_run_id = handle.run_id
         account_id = run.account.id
         self._hub.broadcast(
             account_id, ev.RunAccepted(conversation_id=conversation.id, run_id=run.run_id, request_id=request_id)
@@ -153,6 +193,26 @@ class RunManager:
         )
         run.reader = asyncio.create_task(self._read(run), name=f"run-{run.run_id}")
         await self._conversations.touch(conversation.id)  # after the reader starts: deltas wait for no one
+
+    async def _plugin_extras(self, run: ActiveRun, conversation: Conversation, session_id: str) -> PluginExtras:
+        if self._plugin is None:
+            return NO_EXTRAS
+        try:
+            return await self._plugin.prepare_run(run.account, conversation, session_id)
+        except Exception:
+            log.exception("preparing the companion plugin for run %s failed; running without it", run.run_id)
+            return NO_EXTRAS
+
+    def _watch_plugin(self, run: ActiveRun, hermes_run_id: str) -> None:
+        """Let the plugin's pushes find the run (they arrive keyed by Hermes's run id)."""
+        run.hermes_run_id = hermes_run_id
+        self._by_hermes[hermes_run_id] = run
+        if run.extras.tool_events:
+            run.merge = ToolMerge(
+                PLUGIN_TOOL_WINDOW_SECONDS,
+                lambda event: self._tool_started(run, event),
+                lambda event: self._tool_completed(run, event),
+            )
 
     async def _history(self, client: hc.HermesClient, conversation: Conversation) -> list[dict[str, str]]:
         """User/assistant turns with text, oldest first (0.19.0 doesn't load history for /v1/runs)."""
@@ -220,9 +280,15 @@ class RunManager:
                         account_id, ev.MessageDelta(conversation_id=cid, message_id=run.message_id, text=visible)
                     )
             case hc.ToolStarted():
-                self._tool_started(run, event)
+                if run.merge is not None:
+                    run.merge.stream_started(event)
+                else:
+                    self._tool_started(run, event)
             case hc.ToolCompleted():
-                self._tool_completed(run, event)
+                if run.merge is not None:
+                    run.merge.stream_completed(event)
+                else:
+                    self._tool_completed(run, event)
             case hc.ApprovalRequest():
                 await self._approval_requested(run, event)
             case hc.ClarifyRequest():
@@ -273,6 +339,11 @@ class RunManager:
             # Hermes fails an unanswered approval closed after its own timeout, with no event of its own.
             for approval_id in list(run.approvals):
                 self._resolve_approval(run, approval_id, "deny", accepted=False)
+        if event.tool == "clarify":
+            # The clarify call ended: a question of the plugin's still pending here went unanswered.
+            for clarify_id in list(run.plugin_clarify & run.clarifications.keys()):
+                if clarify_id not in run.answering:
+                    self._resolve_clarify(run, clarify_id, accepted=False, expired=True)
 
     def _broadcast_tool(self, run: ActiveRun, state: ev.ToolState) -> None:
         self._hub.broadcast(
@@ -314,7 +385,7 @@ class RunManager:
         run.status = "waiting_for_approval"
         self._hub.broadcast(run.account.id, approval)
 
-    def _clarify_requested(self, run: ActiveRun, event: hc.ClarifyRequest) -> None:
+    def _clarify_requested(self, run: ActiveRun, event: hc.ClarifyRequest) -> str:
         clarify = ev.ClarifyRequest(
             clarify_id=secrets.token_hex(5),
             session_key=session_key(run.conversation_id),
@@ -327,8 +398,11 @@ class RunManager:
         self._clarifications[clarify.clarify_id] = run
         run.status = "waiting_for_clarification"
         self._hub.broadcast(run.account.id, clarify)
+        return clarify.clarify_id
 
     async def _complete(self, run: ActiveRun, output: str) -> None:
+        if run.merge is not None:
+            run.merge.flush()
         paths = media_paths(output)
         final = strip_media(output)
         run.draft = final
@@ -336,18 +410,39 @@ class RunManager:
             run.account.id,
             ev.MessageComplete(conversation_id=run.conversation_id, message_id=run.message_id, text=final),
         )
-        if paths and self._deliver_media is not None:
-            try:
-                await self._deliver_media(run, paths)
-            except Exception:
-                log.exception("delivering MEDIA: files of run %s failed", run.run_id)
+        if paths and not (run.extras.media and await self._plugin_media_arrived(run)):
+            await self._media_from_disk(run, paths)
         self._finish(run, "completed")
+
+    async def _plugin_media_arrived(self, run: ActiveRun) -> bool:
+        """The plugin pushes the files' bytes; without its word in time, they are read from disk after all."""
+        try:
+            await asyncio.wait_for(run.media_done.wait(), PLUGIN_MEDIA_WAIT_SECONDS)
+        except TimeoutError:
+            log.warning("the plugin did not deliver the MEDIA: files of run %s; reading them from disk", run.run_id)
+            run.media_fallback = True
+            return False
+        return True
+
+    async def _media_from_disk(self, run: ActiveRun, paths: list[str]) -> None:
+        if self._deliver_media is None:
+            return
+        try:
+            await self._deliver_media(run, paths)
+        except Exception:
+            log.exception("delivering MEDIA: files of run %s failed", run.run_id)
 
     def _finish(self, run: ActiveRun, status: ev.RunStatus, error: str | None = None) -> None:
         """Emit the run's one `run.finished` and clear its state."""
         if run.finished.is_set():
             return
+        if run.merge is not None:
+            run.merge.flush()
         run.finished.set()
+        if self._by_hermes.pop(run.hermes_run_id, None) is not None:
+            self._recent[run.hermes_run_id] = run  # late plugin pushes (MEDIA: files) still find it
+            while len(self._recent) > RECENT_RUNS:
+                self._recent.popitem(last=False)
         for call_id, state in list(run.tools.items()):
             if state.status == "running":
                 ended = ev.ToolState(
@@ -435,11 +530,28 @@ class RunManager:
         if run is None or run.account.id != account_id or clarify_id not in run.clarifications:
             raise ClarifyNotFound()
         hermes_clarify_id, _ = run.clarifications[clarify_id]
+        if clarify_id in run.plugin_clarify and self._plugin is not None:
+            await self._answer_plugin_clarify(run, clarify_id, hermes_clarify_id, response, request_id)
+            return
         try:
             await run.client.respond_clarify(run.hermes_run_id, hermes_clarify_id, response)
         except (hc.HermesNotFound, hc.HermesRejected):
             self._resolve_clarify(run, clarify_id, accepted=False, expired=True)
             raise ClarifyNotFound() from None
+        self._resolve_clarify(run, clarify_id, accepted=True, request_id=request_id)
+
+    async def _answer_plugin_clarify(
+        self, run: ActiveRun, clarify_id: str, plugin_clarify_id: str, response: str, request_id: str | UnsetType
+    ) -> None:
+        assert self._plugin is not None
+        run.answering.add(clarify_id)
+        try:
+            answered = await self._plugin.answer_clarify(plugin_clarify_id, response)
+        finally:
+            run.answering.discard(clarify_id)
+        if not answered:
+            self._resolve_clarify(run, clarify_id, accepted=False, expired=True)
+            raise ClarifyNotFound()
         self._resolve_clarify(run, clarify_id, accepted=True, request_id=request_id)
 
     def _resolve_clarify(
@@ -462,6 +574,69 @@ class RunManager:
                 clarify_id=clarify_id, accepted=accepted, expired=expired or UNSET, request_id=request_id
             ),
         )
+
+    # --- pushes of the companion plugin (keyed by Hermes's run id) ----------------------------
+
+    def plugin_run(self, hermes_run_id: str) -> ActiveRun | None:
+        """The active, or recently finished, run behind a Hermes run id."""
+        return self._by_hermes.get(hermes_run_id) or self._recent.get(hermes_run_id)
+
+    def plugin_tool_started(self, hermes_run_id: str, tool_call_id: str, tool: str, args: dict[str, object]) -> None:
+        run = self._by_hermes.get(hermes_run_id)
+        if run is None or run.merge is None:
+            return
+        run.merge.plugin_started(
+            hc.ToolStarted(
+                run_id=hermes_run_id, timestamp=time.time(), tool=tool, tool_call_id=tool_call_id, args=dict(args)
+            )
+        )
+
+    def plugin_tool_completed(
+        self, hermes_run_id: str, tool_call_id: str, tool: str, duration_ms: int | None, failed: bool
+    ) -> None:
+        run = self._by_hermes.get(hermes_run_id)
+        if run is None or run.merge is None:
+            return
+        duration = (duration_ms or 0) / 1000
+        run.merge.plugin_completed(
+            hc.ToolCompleted(
+                run_id=hermes_run_id, timestamp=time.time(), tool=tool, duration=duration, error=failed,
+                tool_call_id=tool_call_id,
+            )
+        )  # fmt: skip
+
+    def plugin_clarify_requested(
+        self, hermes_run_id: str, plugin_clarify_id: str, question: str, choices: list[str] | None
+    ) -> bool:
+        """A clarify question the plugin holds the run for; False when no client can be asked."""
+        run = self._by_hermes.get(hermes_run_id)
+        if run is None or run.finished.is_set() or not run.extras.clarify:
+            return False
+        clarify_id = self._clarify_requested(
+            run,
+            hc.ClarifyRequest(
+                run_id=hermes_run_id,
+                timestamp=time.time(),
+                clarify_id=plugin_clarify_id,
+                question=question,
+                choices=choices,
+            ),
+        )
+        run.plugin_clarify.add(clarify_id)
+        return True
+
+    def plugin_clarify_expired(self, hermes_run_id: str, plugin_clarify_id: str) -> None:
+        run = self._by_hermes.get(hermes_run_id)
+        if run is None:
+            return
+        for clarify_id, (held_id, _) in list(run.clarifications.items()):
+            if held_id == plugin_clarify_id and clarify_id in run.plugin_clarify:
+                self._resolve_clarify(run, clarify_id, accepted=False, expired=True)
+
+    def plugin_media_done(self, hermes_run_id: str) -> None:
+        run = self.plugin_run(hermes_run_id)
+        if run is not None:
+            run.media_done.set()
 
     # --- unsolicited output and shutdown -------------------------------------------------
 

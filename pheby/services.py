@@ -10,6 +10,7 @@ from pheby.artifacts import ArtifactLimits, Artifacts
 from pheby.attachments import Attachments, pheby_descriptor
 from pheby.auth import Authenticator
 from pheby.changes import ChangeFeed
+from pheby.conversation_settings import ConversationSettings
 from pheby.conversations import Conversations
 from pheby.db import Database
 from pheby.events import AttachmentAdded
@@ -18,6 +19,8 @@ from pheby.hub import Hub
 from pheby.lockout import FailureLimiter
 from pheby.memory import MemoryFiles
 from pheby.models import ModelChoices
+from pheby.plugin_events import PluginEvents
+from pheby.plugin_link import PluginLink
 from pheby.runs import ActiveRun, RunManager
 from pheby.settings import Settings
 from pheby.task_owners import TaskOwners
@@ -47,7 +50,22 @@ class Services:
         self.change_feed = ChangeFeed(db)
         self.models = ModelChoices(hermes)
         self.attachments = Attachments(db, blobs, settings)
-        self.runs = RunManager(self.hub, self.conversations, hermes.for_account, self._deliver_media)
+        # The companion Hermes plugin: its link, the per-conversation settings it applies, its pushes.
+        self.plugin_link = PluginLink(settings)
+        self.conversation_settings = ConversationSettings(db, self.conversations, hermes, self.models, self.plugin_link)
+        self.runs = RunManager(
+            self.hub, self.conversations, hermes.for_account, self._deliver_media, self.conversation_settings
+        )
+        self.plugin_events = PluginEvents(
+            link=self.plugin_link,
+            runs=self.runs,
+            conversations=self.conversations,
+            hub=self.hub,
+            accounts=accounts,
+            task_owners=self.task_owners,
+            hermes=hermes,
+            attachments=self.attachments,
+        )
         self._background: set[asyncio.Task[Any]] = set()
 
     async def _deliver_media(self, run: ActiveRun, paths: list[str]) -> None:
@@ -101,6 +119,9 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
             blobs=blobs,
             hermes=hermes,
         )
+        stack.push_async_callback(services.plugin_link.aclose)
         stack.push_async_callback(services.stop_background)
         stack.push_async_callback(services.runs.shutdown)
+        if services.plugin_link.configured:
+            services.background(asyncio.create_task(services.plugin_link.run(), name="plugin-link"))
         yield services

@@ -66,6 +66,29 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     artifact_global_bytes: Annotated[int, msgspec.Meta(gt=0)] = 256 * MiB
     # PHEBY_VISION_MODELS: comma-separated model names that accept images (qualifies `image`).
     vision_models: tuple[str, ...] = ()
+    # PHEBY_JOB_POLLING: poll Hermes for cron output (the fallback when the companion plugin does not push it).
+    job_polling: bool = True
+    # The companion Hermes plugin (hermes_plugin/pheby_bridge, `pheby hermes install-plugin`).
+    # PHEBY_PLUGIN_SECRET: the secret shared with it; default: what the installer wrote to the data dir.
+    plugin_secret: str = ""
+    # PHEBY_PLUGIN_PLATFORM: the plugin's platform name in Hermes's `/api/platforms/<name>/events`.
+    plugin_platform: Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9_]+$")] = "pheby_bridge"
+    # PHEBY_PLUGIN_PEERS: comma-separated addresses besides loopback that may push plugin events.
+    plugin_peers: tuple[str, ...] = ()
+    # Each extra can be switched off (PHEBY_PLUGIN_TOOL_EVENTS=false, ...) once Hermes offers it natively.
+    plugin_tool_events: bool = True
+    plugin_clarify: bool = True
+    plugin_model: bool = True
+    plugin_reasoning: bool = True
+    plugin_yolo: bool = True
+    plugin_media: bool = True
+    plugin_cron: bool = True
+    # PHEBY_PLUGIN_HISTORY: splice the session's stored history, tool calls included, into model requests.
+    plugin_history: bool = False
+    # PHEBY_PLUGIN_CLARIFY_TIMEOUT: seconds a clarify question waits for an answer before it expires.
+    plugin_clarify_timeout: Annotated[float, msgspec.Meta(gt=0, le=86400)] = 120.0
+    # PHEBY_PLUGIN_HANDSHAKE_SECONDS: how often the server checks that the plugin is there (and Hermes restarted).
+    plugin_handshake_seconds: Annotated[float, msgspec.Meta(gt=0)] = 30.0
 
     @property
     def database_path(self) -> Path:
@@ -107,6 +130,20 @@ ENV_NAMES: dict[str, str] = {
     "artifact_account_bytes": "PHEBY_ARTIFACT_ACCOUNT_BYTES",
     "artifact_global_bytes": "PHEBY_ARTIFACT_GLOBAL_BYTES",
     "vision_models": "PHEBY_VISION_MODELS",
+    "job_polling": "PHEBY_JOB_POLLING",
+    "plugin_secret": "PHEBY_PLUGIN_SECRET",
+    "plugin_platform": "PHEBY_PLUGIN_PLATFORM",
+    "plugin_peers": "PHEBY_PLUGIN_PEERS",
+    "plugin_tool_events": "PHEBY_PLUGIN_TOOL_EVENTS",
+    "plugin_clarify": "PHEBY_PLUGIN_CLARIFY",
+    "plugin_model": "PHEBY_PLUGIN_MODEL",
+    "plugin_reasoning": "PHEBY_PLUGIN_REASONING",
+    "plugin_yolo": "PHEBY_PLUGIN_YOLO",
+    "plugin_media": "PHEBY_PLUGIN_MEDIA",
+    "plugin_cron": "PHEBY_PLUGIN_CRON",
+    "plugin_history": "PHEBY_PLUGIN_HISTORY",
+    "plugin_clarify_timeout": "PHEBY_PLUGIN_CLARIFY_TIMEOUT",
+    "plugin_handshake_seconds": "PHEBY_PLUGIN_HANDSHAKE_SECONDS",
 }
 
 _LIST_SEPARATORS: dict[str, str] = {
@@ -114,6 +151,7 @@ _LIST_SEPARATORS: dict[str, str] = {
     "allowed_origins": ",",
     "trusted_proxies": ",",
     "vision_models": ",",
+    "plugin_peers": ",",
 }
 
 _PATH_AT = re.compile(r"at `\$\.(\w+)")

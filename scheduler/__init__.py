@@ -35,14 +35,15 @@ async def running_scheduler(services: Services) -> AsyncIterator[AsyncIOSchedule
         yield None
         return
     scheduler = AsyncIOScheduler(timezone="UTC", job_defaults=JOB_DEFAULTS)
-    scheduler.add_job(
-        poll_cron_sessions,
-        "interval",
-        seconds=services.settings.job_poll_seconds,
-        args=[services],
-        id="poll-cron-sessions",
-        replace_existing=True,
-    )
+    if services.settings.job_polling:
+        scheduler.add_job(
+            poll_cron_sessions,
+            "interval",
+            seconds=services.settings.job_poll_seconds,
+            args=[services],
+            id="poll-cron-sessions",
+            replace_existing=True,
+        )
     scheduler.add_job(
         expire_attachments, "interval", hours=1, args=[services], id="expire-attachments", replace_existing=True
     )

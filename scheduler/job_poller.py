@@ -3,6 +3,8 @@
 Hermes 0.19.0 cannot push cron output to an API client, so the server reads each new
 `cron_<jobid>_<YYYYMMDD_HHMMSS>` session (source `cron`) once it has ended, files it under the
 task's conversation (created on the first output) and pushes it as `run.*`/`message.*` events.
+The companion plugin pushes the same output the moment a run finishes (`pheby.plugin_events`);
+polling stays as the fallback (PHEBY_JOB_POLLING), and each session is delivered once either way.
 """
 
 import logging
@@ -11,7 +13,7 @@ from collections import defaultdict
 
 import hermes_client as hc
 from pheby.accounts import Account
-from pheby.events import ConversationUpdated
+from pheby.cron_delivery import file_cron_output, worth_delivering
 from pheby.services import Services
 
 log = logging.getLogger("pheby.jobs")
@@ -64,13 +66,10 @@ async def _deliver(
     replies = [
         m.content for m in messages if m.role == "assistant" and isinstance(m.content, str) and m.content.strip()
     ]
-    if not replies or replies[-1].strip() == "[SILENT]":
+    if not replies or not worth_delivering(replies[-1]):
         return False
     name = (session.title or "").split(" · ")[0].strip() or f"Scheduled task {job_id}"
-    conversation, created = await services.conversations.task_conversation(account.id, job_id, name)
-    await services.conversations.add_session(conversation.id, session.id)
-    await services.conversations.touch(conversation.id)
-    if created:
-        services.hub.broadcast(account.id, ConversationUpdated(conversation_id=conversation.id, name=conversation.name))
-    services.runs.push_unsolicited(account.id, conversation.id, replies[-1])
+    await file_cron_output(
+        services.conversations, services.hub, services.runs, account, job_id, session.id, name, replies[-1]
+    )
     return True

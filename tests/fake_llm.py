@@ -19,6 +19,11 @@ The reply is chosen from case-sensitive keywords in the LAST user message:
 ``SLOW``      40 text chunks, ``--slow-interval`` (0.25 s) apart
 ``DANGER``    tool call ``terminal {"command": "rm -rf <scratch>/danger_target"}``; an absolute
               path trips Hermes' "delete in root path" approval pattern (not a hardline block)
+``HARDLINE``  tool call ``terminal {"command": "mkfs.phebytest <scratch>/hardline.img"}``: matches Hermes'
+              unconditional "format filesystem (mkfs)" block (even under YOLO); were it ever run, there is
+              no such program
+``SECRETARG`` tool call ``terminal {"command": "echo secret-arg-ok", "api_key": "sk-fake-secret-arg-0001"}``
+              (the terminal tool ignores the extra key; it is there to be redacted before clients see it)
 ``HARMLESS``  tool call ``terminal {"command": "echo harmless-ok"}``
 ``READFILE``  tool call ``read_file {"path": "<scratch>/note.txt"}``
 ``MEMORY``    tool call ``memory {"action": "add", "target": "memory", "content": ...}``
@@ -60,6 +65,7 @@ SLOW_CHUNKS: Final = 40
 TOOL_RESULT_PREVIEW: Final = 300
 DANGER_DIR_NAME: Final = "danger_target"
 MEMORY_ENTRY: Final = "Fake LLM wrote this memory entry."
+SECRET_ARG: Final = "sk-fake-secret-arg-0001"  # a fake value that must never reach a client
 PIXEL_PNG: Final = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 )
@@ -185,6 +191,12 @@ def decide(settings: Settings, body: JsonDict) -> Reply:
         return SlowReply(tuple(f"tick {i} " for i in range(SLOW_CHUNKS)))
     if "DANGER" in user_text:
         return ToolReply("terminal", {"command": f"rm -rf {shlex.quote(str(settings.danger_dir))}"})
+    if "HARDLINE" in user_text:
+        return ToolReply(
+            "terminal", {"command": f"mkfs.phebytest {shlex.quote(str(settings.scratch_dir / 'hardline.img'))}"}
+        )
+    if "SECRETARG" in user_text:
+        return ToolReply("terminal", {"command": "echo secret-arg-ok", "api_key": SECRET_ARG})
     if "HARMLESS" in user_text:
         return ToolReply("terminal", {"command": "echo harmless-ok"})
     if "READFILE" in user_text:

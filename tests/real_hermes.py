@@ -31,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -407,11 +407,13 @@ def hermes_gateway(
     hermes: Path | None = None,
     config_overrides: Mapping[str, Any] | None = None,
     health_timeout: float = HEALTH_TIMEOUT_S,
+    before_start: Callable[[Path], None] | None = None,
 ) -> Iterator[RealHermes]:
     """Start a fake LLM and ``hermes gateway run`` under ``base`` (an empty dir); stop both on exit.
 
-    ``config_overrides`` is deep-merged into :func:`gateway_config`. Both processes are stopped by PID on exit,
-    also when the start fails half-way.
+    ``config_overrides`` is deep-merged into :func:`gateway_config`. ``before_start(home)`` runs after
+    ``config.yaml`` is written and before the gateway starts (e.g. ``pheby hermes install-plugin``). Both
+    processes are stopped by PID on exit, also when the start fails half-way.
     """
     hermes = hermes or ensure_hermes_venv()
     home, scratch, user_home = base / "hermes-home", base / "scratch", base / "user-home"
@@ -430,6 +432,8 @@ def hermes_gateway(
             if config_overrides:
                 config = deep_merge(config, config_overrides)
             (home / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+            if before_start is not None:
+                before_start(home)
             extra = config["platforms"]["api_server"]["extra"]
             base_url = f"http://{extra['host']}:{extra['port']}"
             with gateway_log.open("wb") as log_fh:

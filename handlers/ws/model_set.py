@@ -1,4 +1,6 @@
-"""`model.set` → `model.changed` reply and broadcast (global); per-conversation → `not_implemented`."""
+"""`model.set` → `model.changed` reply and broadcast: global, or for one conversation (companion plugin)."""
+
+import msgspec
 
 from handlers.ws.context import WsContext, rid
 from handlers.ws.messages import ClientMessage
@@ -12,10 +14,15 @@ class ModelSet(ClientMessage, frozen=True, tag="model.set"):
 
 
 async def handle(ctx: WsContext, msg: ModelSet) -> None:
-    if msg.conversation_id is not None:
-        await ctx.services.conversations.get(ctx.account.id, msg.conversation_id)
-    provider = await ctx.services.models.set_model(
-        ctx.account, msg.model, msg.provider, conversation_scoped=msg.conversation_id is not None
-    )
-    ctx.reply(ModelChanged(model=msg.model, provider=provider, scope="global", request_id=rid(msg.request_id)))
-    ctx.broadcast(ModelChanged(model=msg.model, provider=provider, scope="global"))
+    if msg.conversation_id is None:
+        provider = await ctx.services.models.set_model(ctx.account, msg.model, msg.provider)
+        changed = ModelChanged(model=msg.model, provider=provider, scope="global")
+    else:
+        own_provider = await ctx.services.conversation_settings.set_model(
+            ctx.account, msg.conversation_id, msg.model, msg.provider
+        )
+        changed = ModelChanged(
+            model=msg.model, provider=own_provider, scope="conversation", conversation_id=msg.conversation_id
+        )
+    ctx.reply(msgspec.structs.replace(changed, request_id=rid(msg.request_id)))
+    ctx.broadcast(changed)

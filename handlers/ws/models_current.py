@@ -1,4 +1,4 @@
-"""`models.current` → `model.current` (always the global model: 0.19.0 has no per-conversation one)."""
+"""`models.current` → `model.current`: a conversation's own model (companion plugin), else the global one."""
 
 from msgspec import UNSET
 
@@ -12,15 +12,13 @@ class ModelsCurrent(ClientMessage, frozen=True, tag="models.current"):
 
 
 async def handle(ctx: WsContext, msg: ModelsCurrent) -> None:
-    if msg.conversation_id is not None:
-        await ctx.services.conversations.get(ctx.account.id, msg.conversation_id)
-    _, model, provider = await ctx.services.models.options(ctx.account)
+    view = await ctx.services.conversation_settings.model_view(ctx.account, msg.conversation_id)
     ctx.reply(
         ModelCurrent(
             request_id=rid(msg.request_id),
-            model=model,
-            provider=provider,
-            scope="global",
+            model=view.model,
+            provider=view.provider,
+            scope=view.scope,
             conversation_id=msg.conversation_id if msg.conversation_id is not None else UNSET,
         )
     )

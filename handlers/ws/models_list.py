@@ -1,7 +1,14 @@
-"""`models.list` → `models.snapshot` from Hermes's own picker data (the dashboard API)."""
+"""`models.list` → `models.snapshot` from Hermes's own picker data (the dashboard API).
+
+With a conversation_id, the current model and scope are that conversation's; `plugin` says which
+companion-plugin extras are live (left out when no plugin is configured).
+"""
+
+from msgspec import UNSET
 
 from handlers.ws.context import WsContext, rid
 from handlers.ws.messages import ClientMessage
+from pheby.conversation_settings import ModelView
 from pheby.events import ModelsSnapshot
 from pheby.models import MODEL_EFFORTS
 
@@ -11,16 +18,18 @@ class ModelsList(ClientMessage, frozen=True, tag="models.list"):
 
 
 async def handle(ctx: WsContext, msg: ModelsList) -> None:
-    if msg.conversation_id is not None:
-        await ctx.services.conversations.get(ctx.account.id, msg.conversation_id)
+    settings = ctx.services.conversation_settings
+    own = await settings.own_model(ctx.account, msg.conversation_id)
     providers, model, provider = await ctx.services.models.options(ctx.account)
+    view = own or ModelView(model=model, provider=provider, scope="global")
     ctx.reply(
         ModelsSnapshot(
             request_id=rid(msg.request_id),
             providers=providers,
-            current_model=model,
-            current_provider=provider,
+            current_model=view.model,
+            current_provider=view.provider,
             supported_reasoning_efforts=MODEL_EFFORTS,
-            scope="global",  # Hermes 0.19.0 has no per-conversation model
+            scope=view.scope,
+            plugin=settings.extras_for(ctx.account) if ctx.services.plugin_link.configured else UNSET,
         )
     )

@@ -1,4 +1,7 @@
-"""`reasoning.current` → `reasoning.snapshot` (the global effort; `none` means thinking is off)."""
+"""`reasoning.current` → `reasoning.snapshot`: a conversation's own effort (companion plugin), else the global one.
+
+`none` means thinking is off.
+"""
 
 from msgspec import UNSET
 
@@ -13,15 +16,13 @@ class ReasoningCurrent(ClientMessage, frozen=True, tag="reasoning.current"):
 
 
 async def handle(ctx: WsContext, msg: ReasoningCurrent) -> None:
-    if msg.conversation_id is not None:
-        await ctx.services.conversations.get(ctx.account.id, msg.conversation_id)
-    effort = await ctx.services.models.effort(ctx.account)
+    effort, scope = await ctx.services.conversation_settings.effort_view(ctx.account, msg.conversation_id)
     ctx.reply(
         ReasoningSnapshot(
             request_id=rid(msg.request_id),
             effort=effort,
             enabled=effort != "none",
-            scope="global",
+            scope=scope,
             supported_efforts=REASONING_EFFORTS,
             conversation_id=msg.conversation_id if msg.conversation_id is not None else UNSET,
         )

@@ -1,4 +1,9 @@
-"""`reasoning.set` → `reasoning.changed` reply and broadcast (global); invalid effort → `bad_request`."""
+"""`reasoning.set` → `reasoning.changed` reply and broadcast: global, or for one conversation (companion plugin).
+
+An invalid effort is `bad_request`.
+"""
+
+import msgspec
 
 from handlers.ws.context import WsContext, rid
 from handlers.ws.messages import ClientMessage
@@ -11,8 +16,11 @@ class ReasoningSet(ClientMessage, frozen=True, tag="reasoning.set"):
 
 
 async def handle(ctx: WsContext, msg: ReasoningSet) -> None:
-    if msg.conversation_id is not None:
-        await ctx.services.conversations.get(ctx.account.id, msg.conversation_id)
-    await ctx.services.models.set_effort(ctx.account, msg.effort, conversation_scoped=msg.conversation_id is not None)
-    ctx.reply(ReasoningChanged(effort=msg.effort, scope="global", request_id=rid(msg.request_id)))
-    ctx.broadcast(ReasoningChanged(effort=msg.effort, scope="global"))
+    if msg.conversation_id is None:
+        await ctx.services.models.set_effort(ctx.account, msg.effort)
+        changed = ReasoningChanged(effort=msg.effort, scope="global")
+    else:
+        await ctx.services.conversation_settings.set_effort(ctx.account, msg.conversation_id, msg.effort)
+        changed = ReasoningChanged(effort=msg.effort, scope="conversation", conversation_id=msg.conversation_id)
+    ctx.reply(msgspec.structs.replace(changed, request_id=rid(msg.request_id)))
+    ctx.broadcast(changed)

@@ -1,4 +1,8 @@
-"""`yolo.set` → `yolo.changed` reply and broadcast; the flag is kept in SQLite across restarts."""
+"""`yolo.set` → `yolo.changed` reply and broadcast.
+
+The flag is kept in SQLite across restarts; with the companion plugin live it also turns on
+Hermes's own session YOLO for the conversation's runs (Hermes's hard limits still apply).
+"""
 
 from handlers.ws.context import WsContext, rid
 from handlers.ws.messages import ClientMessage
@@ -11,6 +15,6 @@ class YoloSet(ClientMessage, frozen=True, tag="yolo.set"):
 
 
 async def handle(ctx: WsContext, msg: YoloSet) -> None:
-    conversation = await ctx.services.conversations.set_yolo(ctx.account.id, msg.conversation_id, msg.enabled)
+    conversation = await ctx.services.conversation_settings.set_yolo(ctx.account, msg.conversation_id, msg.enabled)
     ctx.reply(YoloChanged(enabled=conversation.yolo, conversation_id=conversation.id, request_id=rid(msg.request_id)))
     ctx.broadcast(YoloChanged(enabled=conversation.yolo, conversation_id=conversation.id))

@@ -1,0 +1,198 @@
+"""The plugin's state: what the server asked for, per-session settings, pending clarifications.
+
+One `Bridge` per Hermes process, shared by the hooks, the middleware and the platform adapter
+(the inbound channel). Every method is safe to call from any thread.
+"""
+
+import hmac
+import logging
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from typing import Any
+
+from .config import BridgeConfig
+from .outbox import Outbox
+
+logger = logging.getLogger("pheby_bridge")
+
+PROTOCOL = 1
+VERSION = "1.0.0"
+# Everything this plugin can do; the server says which of these it wants (its PHEBY_PLUGIN_* switches).
+FEATURES = ("tool_events", "clarify", "model", "reasoning", "yolo", "media", "cron", "history")
+DEFAULT_CLARIFY_TIMEOUT_S = 120.0
+MAX_SESSIONS = 2048
+WAIT_SLICE_S = 0.2
+
+
+class ClarifyUnanswered(Exception):
+    """The question got no answer: timed out, cancelled, or the server could not be asked."""
+
+
+class _Pending:
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.answer: str | None = None
+        self.failed = ""
+
+
+class Bridge:
+    def __init__(self, config: BridgeConfig) -> None:
+        self.config = config
+        self.outbox = Outbox(config.service_url, config.secret, config.max_media_bytes)
+        self.boot_id = uuid.uuid4().hex
+        self._lock = threading.Lock()
+        self._wanted: frozenset = frozenset()
+        self._clarify_timeout = DEFAULT_CLARIFY_TIMEOUT_S
+        self._sessions: OrderedDict[str, dict] = OrderedDict()
+        self._pending: dict = {}
+        self.yolo_runs: set = set()
+
+    # --- what the server wants --------------------------------------------------------
+
+    def wants(self, feature: str) -> bool:
+        return feature in self._wanted
+
+    def _apply_server_view(self, body: Any) -> None:
+        if not isinstance(body, dict):
+            return
+        extras = body.get("extras")
+        if isinstance(extras, list):
+            self._wanted = frozenset(str(e) for e in extras if str(e) in FEATURES)
+        timeout = body.get("clarify_timeout")
+        if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and 0 < timeout <= 86400:
+            self._clarify_timeout = float(timeout)
+
+    def hello_body(self) -> dict:
+        return {
+            "plugin": "pheby_bridge",
+            "version": VERSION,
+            "protocol": PROTOCOL,
+            "boot_id": self.boot_id,
+            "features": list(FEATURES),
+        }
+
+    def say_hello(self) -> None:
+        """Tell the server this Hermes (re)started; its reply says which extras to provide."""
+
+        def done(ok: bool, reply: Any) -> None:
+            if ok:
+                self._apply_server_view(reply)
+
+        self.outbox.push(dict(self.hello_body(), event="plugin.hello"), on_done=done, probe=True)
+
+    # --- per-session settings ---------------------------------------------------------
+
+    def session(self, session_id: str) -> dict | None:
+        if not session_id:
+            return None
+        with self._lock:
+            return self._sessions.get(session_id)
+
+    def _set_session(self, session_id: str, values: dict) -> None:
+        with self._lock:
+            self._sessions[session_id] = values
+            self._sessions.move_to_end(session_id)
+            while len(self._sessions) > MAX_SESSIONS:
+                self._sessions.popitem(last=False)
+
+    # --- inbound (POST /api/platforms/pheby_bridge/events) -----------------------------
+
+    def check_secret(self, auth_header: str) -> bool:
+        scheme, _, value = (auth_header or "").partition(" ")
+        if scheme.lower() != "bearer":
+            return False
+        return hmac.compare_digest(value.strip().encode(), self.config.secret.encode())
+
+    def handle(self, payload: dict) -> dict:
+        kind = payload.get("type")
+        if kind == "hello":
+            self._apply_server_view(payload)
+            self.say_hello()  # proves the way back to the server works, too
+            return self.hello_body()
+        if kind == "session.settings":
+            session_id = payload.get("session_id")
+            if not isinstance(session_id, str) or not session_id:
+                return {"ok": False, "error": "session_id is required"}
+            values = {
+                "model": _text(payload.get("model")),
+                "effort": _text(payload.get("effort")),
+                "yolo": payload.get("yolo") is True,
+                "history": payload.get("history") is True,
+            }
+            self._set_session(session_id, values)
+            return {"ok": True, "boot_id": self.boot_id}
+        if kind == "clarify.answer":
+            return {"resolved": self.answer_clarify(payload.get("clarify_id"), payload.get("response"))}
+        return {"ok": False, "error": "unknown event type"}
+
+    # --- clarify ----------------------------------------------------------------------
+
+    def ask_clarify(self, run_id: str, session_id: str, tool_call_id: str, question: str, choices: list | None) -> str:
+        """Ask the server's clients and wait (on the agent thread) for the answer; raise if none comes."""
+        from tools.interrupt import is_interrupted
+
+        clarify_id = uuid.uuid4().hex[:12]
+        pending = _Pending()
+        with self._lock:
+            self._pending[clarify_id] = pending
+        timeout = self._clarify_timeout
+
+        def delivered(ok: bool, reply: Any) -> None:
+            if not ok or not (isinstance(reply, dict) and reply.get("accepted") is True):
+                pending.failed = "the Pheby server could not ask the user"
+                pending.event.set()
+
+        try:
+            self.outbox.push(
+                {
+                    "event": "clarify.request",
+                    "run_id": run_id,
+                    "session_id": session_id,
+                    "tool_call_id": tool_call_id,
+                    "clarify_id": clarify_id,
+                    "question": question,
+                    "choices": choices,
+                    "timeout": timeout,
+                },
+                on_done=delivered,
+            )
+            deadline = time.monotonic() + timeout
+            while True:
+                pending.event.wait(WAIT_SLICE_S)
+                if pending.answer is not None:
+                    return pending.answer
+                if pending.failed:
+                    raise ClarifyUnanswered(pending.failed)
+                if is_interrupted():
+                    raise ClarifyUnanswered("the run was cancelled")
+                if time.monotonic() >= deadline:
+                    self.outbox.push({"event": "clarify.expired", "run_id": run_id, "clarify_id": clarify_id})
+                    raise ClarifyUnanswered(f"the user did not answer within {timeout:g} seconds")
+        finally:
+            with self._lock:
+                self._pending.pop(clarify_id, None)
+
+    def answer_clarify(self, clarify_id: Any, response: Any) -> bool:
+        if not isinstance(clarify_id, str) or not isinstance(response, str):
+            return False
+        with self._lock:
+            pending = self._pending.get(clarify_id)
+        if pending is None or pending.event.is_set():
+            return False
+        pending.answer = response
+        pending.event.set()
+        return True
+
+    def release_all(self, reason: str) -> None:
+        """Unblock every waiting clarification (the gateway is shutting down)."""
+        with self._lock:
+            pending = list(self._pending.values())
+        for entry in pending:
+            entry.failed = reason
+            entry.event.set()
+
+
+def _text(value: Any) -> str | None:
+    return value.strip() if isinstance(value, str) and value.strip() else None

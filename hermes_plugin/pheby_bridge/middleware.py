@@ -1,0 +1,86 @@
+"""Middleware: per-session model, effort and history on the LLM request; clarify through the server.
+
+Both act only on API-server runs (`/v1/runs`) and only for what the server asked for.
+"""
+
+import logging
+from typing import Any
+
+from . import history
+from .bridge import Bridge
+from .hooks import api_run_id
+
+logger = logging.getLogger("pheby_bridge")
+
+
+def apply_effort(request: dict, effort: str) -> None:
+    """Rewrite the effort where this provider carries it (top-level for chat completions, else extra_body)."""
+    extra = request.get("extra_body")
+    nested = isinstance(extra, dict) and isinstance(extra.get("reasoning"), dict)
+    if isinstance(extra, dict) and nested:
+        reasoning = dict(extra["reasoning"])
+        if effort == "none":
+            reasoning = {"enabled": False}
+        else:
+            reasoning["effort"] = effort
+            reasoning.pop("enabled", None)
+        request["extra_body"] = dict(extra, reasoning=reasoning)
+    if effort == "none":
+        request.pop("reasoning_effort", None)
+    elif "reasoning_effort" in request or not nested:
+        request["reasoning_effort"] = effort
+
+
+def register_middleware(ctx: Any, bridge: Bridge) -> None:
+    def llm_request(
+        request: Any = None, session_id: str = "", platform: str = "", api_mode: str = "", turn_id: str = "", **_: Any
+    ) -> dict | None:
+        if platform != "api_server" or not isinstance(request, dict) or not api_run_id():
+            return None
+        settings = bridge.session(session_id)
+        if not settings:
+            return None
+        changed: dict = dict(request)
+        reasons = []
+        if bridge.wants("model") and settings.get("model"):
+            changed["model"] = settings["model"]
+            reasons.append("model")
+        if bridge.wants("reasoning") and settings.get("effort"):
+            apply_effort(changed, settings["effort"])
+            reasons.append("effort")
+        if bridge.wants("history") and settings.get("history") and api_mode in ("", "chat_completions"):
+            try:
+                spliced = history.splice(changed, session_id, turn_id)
+            except Exception:
+                logger.warning("pheby_bridge: history splice failed; the request goes without it", exc_info=True)
+                spliced = None
+            if spliced is not None:
+                changed = spliced
+                reasons.append("history")
+        if not reasons:
+            return None
+        return {"request": changed, "source": "pheby_bridge", "reason": "+".join(reasons)}
+
+    def tool_execution(
+        tool_name: str = "",
+        args: Any = None,
+        next_call: Any = None,
+        session_id: str = "",
+        tool_call_id: str = "",
+        **_: Any,
+    ) -> Any:
+        run_id = api_run_id() if tool_name == "clarify" and bridge.wants("clarify") else ""
+        if not run_id:
+            return next_call(args)
+        from tools.clarify_tool import clarify_tool
+
+        params = args if isinstance(args, dict) else {}
+        # Hermes's own clarify tool shapes and validates; only the asking goes through the server.
+        return clarify_tool(
+            question=params.get("question", ""),
+            choices=params.get("choices"),
+            callback=lambda question, choices: bridge.ask_clarify(run_id, session_id, tool_call_id, question, choices),
+        )
+
+    ctx.register_middleware("llm_request", llm_request)
+    ctx.register_middleware("tool_execution", tool_execution)
