@@ -113,8 +113,11 @@ def serve(kind: ServerKind, flags_json: str) -> None:
 
 
 class Server:
-    def __init__(self, kind: ServerKind, process: subprocess.Popen[bytes], base_url: str, log_path: Path) -> None:
+    def __init__(
+        self, kind: ServerKind, process: subprocess.Popen[bytes], base_url: str, log_path: Path, data_dir: Path
+    ) -> None:
         self.kind = kind
+        self.data_dir = data_dir
         self.process = process
         self.psutil = psutil.Process(process.pid)
         self.base_url = base_url
@@ -122,6 +125,13 @@ class Server:
 
     def log_tail(self) -> str:
         return self.log_path.read_text(errors="replace")[-4000:]
+
+
+def remove_stored_uploads(server: Server) -> None:
+    """Delete the stored upload files, so dirty pages and disk use don't pile up over the rounds."""
+    for path in (server.data_dir / "blobs").rglob("*"):
+        if path.is_file():
+            path.unlink()
 
 
 def start_server(kind: ServerKind, data_dir: Path, stack: contextlib.ExitStack) -> Server:
@@ -132,7 +142,7 @@ def start_server(kind: ServerKind, data_dir: Path, stack: contextlib.ExitStack) 
     with log_path.open("wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     stack.callback(stop_process, process)
-    server = Server(kind, process, f"http://127.0.0.1:{port}", log_path)
+    server = Server(kind, process, f"http://127.0.0.1:{port}", log_path, data_dir)
     deadline = time.monotonic() + TIMEOUT
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -277,6 +287,7 @@ async def run_uploads(servers: list[Server], conversation_id: str, rounds: int) 
             order = servers if round_ % 2 == 0 else list(reversed(servers))
             for server in order:
                 results[server.kind].append(await measured_upload(client, server, conversation_id))
+                remove_stored_uploads(server)  # each round starts from the same disk state
                 await asyncio.sleep(0.3)  # let the server settle (the next baseline is read after this)
     return results
 
