@@ -43,9 +43,9 @@ Ts = TypeVarTuple("Ts")
 _TMP_DIR = ".tmp"  # reserved first key segment
 _IO_SIZE = 1 * MiB  # each thread hop costs tens of microseconds, so move big pieces
 # ...but hand them to write(2) in small ones: on the ext4/virtio disks measured, writes of 256 KiB
-# and up were several times slower than 128 KiB ones (bench/storage_put.py shows it).
+# and up were several times slower than 128 KiB ones.
 _WRITE_PIECE = 128 * 1024
-_SYNC_EVERY = 16 * MiB
+_SYNC_EVERY = 16 * MiB  # flushed as it goes, so the final fsync has little left
 _PIPELINE_DEPTH = 4  # batches of _IO_SIZE waiting to be written: the memory a put may hold
 _XATTR = "user.pheby.content_type"
 _HAS_XATTR = hasattr(os, "setxattr")
