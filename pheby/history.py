@@ -13,6 +13,17 @@ HISTORY_LIMIT_MAX = 500
 HISTORY_LIMIT_DEFAULT = 200
 
 
+async def transcript(client: hc.HermesClient, session_ids: Sequence[str]) -> list[hc.SessionMessage]:
+    """Every message of a conversation's Hermes sessions, oldest first; a deleted session is skipped."""
+    messages: list[hc.SessionMessage] = []
+    for session_id in session_ids:
+        try:
+            messages.extend(await client.session_messages(session_id))
+        except hc.HermesNotFound:
+            continue
+    return messages
+
+
 def display_messages(messages: Sequence[hc.SessionMessage], original_inputs: dict[str, str]) -> list[HistoryMessage]:
     """Stable ids (`m<Hermes message id>`), roles user/assistant only, the user's own words."""
     shown: list[HistoryMessage] = []

@@ -21,6 +21,7 @@ from pheby import events as ev
 from pheby.accounts import Account
 from pheby.conversations import Conversation, Conversations
 from pheby.errors import ApprovalNotFound, ClarifyNotFound, NotFound, RunActive, Unavailable, UpstreamFailure
+from pheby.history import transcript
 from pheby.hub import Hub
 from pheby.media_tags import media_paths, strip_media, visible_draft
 from pheby.plugin_link import NO_EXTRAS, PluginExtras
@@ -216,20 +217,11 @@ class RunManager:
 
     async def _history(self, client: hc.HermesClient, conversation: Conversation) -> list[dict[str, str]]:
         """User/assistant turns with text, oldest first (0.19.0 doesn't load history for /v1/runs)."""
-        history: list[dict[str, str]] = []
-        for sid in conversation.session_ids:
-            try:
-                messages = await client.session_messages(sid)
-            except hc.HermesNotFound:
-                continue
-            for message in messages:
-                if (
-                    message.role in ("user", "assistant")
-                    and isinstance(message.content, str)
-                    and message.content.strip()
-                ):
-                    history.append({"role": message.role, "content": message.content})
-        return history
+        return [
+            {"role": message.role, "content": message.content}
+            for message in await transcript(client, conversation.session_ids)
+            if message.role in ("user", "assistant") and isinstance(message.content, str) and message.content.strip()
+        ]
 
     # --- the reader ----------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from handlers.ws.messages import ClientMessage
 from pheby.attachments import pheby_descriptor
 from pheby.errors import Unavailable
 from pheby.events import ConversationHistory
-from pheby.history import HISTORY_LIMIT_DEFAULT, HISTORY_LIMIT_MAX, display_messages, page
+from pheby.history import HISTORY_LIMIT_DEFAULT, HISTORY_LIMIT_MAX, display_messages, page, transcript
 
 
 class ConversationOpen(ClientMessage, frozen=True, tag="conversation.open"):
@@ -22,18 +22,13 @@ class ConversationOpen(ClientMessage, frozen=True, tag="conversation.open"):
 async def handle(ctx: WsContext, msg: ConversationOpen) -> None:
     services = ctx.services
     conversation = await services.conversations.get(ctx.account.id, msg.conversation_id)
-    client = services.hermes.for_account(ctx.account)
-    transcript: list[hc.SessionMessage] = []
-    for session_id in conversation.session_ids:
-        try:
-            transcript.extend(await client.session_messages(session_id))
-        except hc.HermesNotFound:
-            continue
-        except hc.HermesError:
-            raise Unavailable("Hermes is unavailable; history can't be loaded right now") from None
+    try:
+        stored = await transcript(services.hermes.for_account(ctx.account), conversation.session_ids)
+    except hc.HermesError:
+        raise Unavailable("Hermes is unavailable; history can't be loaded right now") from None
     originals = await services.conversations.original_inputs(conversation.id)
     messages, has_more = page(
-        display_messages(transcript, originals), min(msg.limit, HISTORY_LIMIT_MAX), msg.before_message_id
+        display_messages(stored, originals), min(msg.limit, HISTORY_LIMIT_MAX), msg.before_message_id
     )
     run, tools, approvals, clarifications = services.runs.snapshot(conversation.id)
     attachments = await services.attachments.for_conversation(ctx.account.id, conversation.id)
