@@ -1,0 +1,21 @@
+"""The README's handler index names every route and message module, so it can't drift unnoticed."""
+
+from pathlib import Path
+
+from handlers.app import ROUTES
+from handlers.ws.registry import HANDLERS
+
+README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+
+
+def test_every_route_module_is_in_the_readme() -> None:
+    modules = {handler.fn.__module__ for handler in ROUTES}  # type: ignore[union-attr]
+    modules |= {handle.__module__ for handle in HANDLERS.values()}
+    missing = sorted(m for m in modules if f"`{m.replace('.', '/')}.py`" not in README)
+    assert missing == []
+
+
+def test_the_two_commands_come_first() -> None:
+    quick_start = README.split("## Quick start", 1)[1].split("##", 1)[0]
+    commands = [line.split("#")[0].strip() for line in quick_start.splitlines() if line.startswith("make ")]
+    assert commands == ["make run", "make test"]
