@@ -7,8 +7,9 @@ from litestar import Request, post
 from litestar.di import NamedDependency
 from litestar.params import FromQuery
 
+from handlers.uploads import refuse_declared_over
 from pheby.attachments import PhebyDescriptor, pheby_descriptor
-from pheby.errors import BadRequest, ConversationNotFound, TooLarge
+from pheby.errors import BadRequest, ConversationNotFound
 from pheby.services import Services
 
 
@@ -30,9 +31,7 @@ async def upload_attachment(
         await services.conversations.get(principal.account.id, conversation_id)
     except ConversationNotFound:
         raise BadRequest("Unknown conversation_id") from None
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > services.settings.attachment_max_bytes:
-        raise TooLarge(f"Attachments are limited to {services.settings.attachment_max_bytes} bytes")
+    refuse_declared_over(request, services.settings.attachment_max_bytes)
     attachment = await services.attachments.upload_pheby(
         principal.account.id, conversation_id, filename, request.headers.get("content-type"), request.stream()
     )

@@ -6,6 +6,7 @@ import msgspec
 from litestar import Request, post
 from litestar.di import NamedDependency
 
+from handlers.uploads import declared_length
 from pheby.attachments import HopeAttachment, hope_object
 from pheby.auth import Principal
 from pheby.services import Services
@@ -19,12 +20,11 @@ class HopeAttachmentResponse(msgspec.Struct, frozen=True):
 async def create_hope_attachment(
     request: Request[Any, Any, Any], current_user: NamedDependency[Principal], services: NamedDependency[Services]
 ) -> HopeAttachmentResponse:
-    declared = request.headers.get("content-length")
     attachment = await services.attachments.upload_hope(
         current_user.account.id,
         request.headers.get("x-filename"),
         request.headers.get("content-type"),
-        int(declared) if declared is not None and declared.isdigit() else None,
+        declared_length(request),
         request.stream(),
     )
     return HopeAttachmentResponse(attachment=hope_object(attachment))

@@ -6,7 +6,8 @@ from litestar import Request, post
 from litestar.di import NamedDependency
 from litestar.params import FromQuery
 
-from pheby.errors import BadRequest, TooLarge
+from handlers.uploads import refuse_declared_over
+from pheby.errors import BadRequest
 from pheby.services import Services
 
 
@@ -21,9 +22,6 @@ async def plugin_media(
     events.authenticate(request.headers, request.client.host if request.client else None)
     if not run_id or not filename:
         raise BadRequest("run_id and filename are required")
-    limit = services.settings.attachment_max_bytes
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise TooLarge(f"Attachments are limited to {limit} bytes")
+    refuse_declared_over(request, services.settings.attachment_max_bytes)
     await events.store_media(run_id, filename, request.headers.get("content-type"), request.stream())
     return {"stored": True}

@@ -13,7 +13,6 @@ import sqlite3
 import time
 import uuid
 from collections.abc import AsyncIterable, Callable, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,6 +22,7 @@ import msgspec
 from pheby import changes
 from pheby.db import Database
 from pheby.errors import BadRequest, Conflict, NotFound, TooLarge, Unprocessable, UnsupportedMediaType
+from pheby.events import iso_utc
 from pheby.extraction import UNUSABLE, extract
 from pheby.file_types import (
     HOPE_MIME_TYPES,
@@ -93,10 +93,6 @@ class HopeAttachment(msgspec.Struct, frozen=True):
     created_at: int
 
 
-def _iso(ts: float | None) -> str | None:
-    return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
-
-
 def pheby_descriptor(a: Attachment) -> PhebyDescriptor:
     return PhebyDescriptor(
         attachment_id=a.id,
@@ -108,8 +104,8 @@ def pheby_descriptor(a: Attachment) -> PhebyDescriptor:
         direction=a.direction,
         conversation_id=a.conversation_id,
         message_id=a.message_id,
-        created_at=_iso(a.created_at) or "",
-        expires_at=_iso(a.expires_at),
+        created_at=iso_utc(a.created_at, "seconds") or "",
+        expires_at=iso_utc(a.expires_at, "seconds"),
         download_path=f"/attachments/{a.id}",
     )
 

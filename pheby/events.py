@@ -20,6 +20,11 @@ def utc_now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
+def iso_utc(ts: float | None, timespec: str = "auto") -> str | None:
+    """A Unix timestamp as ISO-8601 UTC (None stays None), the form every event uses."""
+    return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat(timespec=timespec)
+
+
 class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
     """Base of every outbound frame."""
 

@@ -1,12 +1,11 @@
 """The display transcript of a conversation: Hermes's user/assistant turns, paged newest first."""
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Literal
 
 import hermes_client as hc
 from pheby.conversations import input_digest
-from pheby.events import HistoryMessage
+from pheby.events import HistoryMessage, iso_utc
 from pheby.media_tags import strip_media
 
 HISTORY_LIMIT_MAX = 500
@@ -39,7 +38,7 @@ def display_messages(messages: Sequence[hc.SessionMessage], original_inputs: dic
             continue
         if not text.strip():
             continue
-        ts = datetime.fromtimestamp(message.timestamp, UTC).isoformat() if message.timestamp else None
+        ts = iso_utc(message.timestamp) if message.timestamp else None
         shown.append(HistoryMessage(message_id=f"m{message.id}", role=role, text=text, ts=ts))
     return shown
 

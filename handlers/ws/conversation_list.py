@@ -1,18 +1,12 @@
 """`conversation.list` → `conversation.snapshot`."""
 
-from datetime import UTC, datetime
-
 from handlers.ws.context import WsContext, rid
 from handlers.ws.messages import ClientMessage
-from pheby.events import ConversationSnapshot, ConversationSummary
+from pheby.events import ConversationSnapshot, ConversationSummary, iso_utc
 
 
 class ConversationList(ClientMessage, frozen=True, tag="conversation.list"):
     pass
-
-
-def _iso(ts: float | None) -> str | None:
-    return datetime.fromtimestamp(ts, UTC).isoformat() if ts is not None else None
 
 
 async def handle(ctx: WsContext, msg: ConversationList) -> None:
@@ -25,7 +19,7 @@ async def handle(ctx: WsContext, msg: ConversationList) -> None:
                     conversation_id=c.id,
                     name=c.name,
                     session_id=c.session_id,
-                    last_active=_iso(c.last_active),
+                    last_active=iso_utc(c.last_active),
                     source=c.source,
                 )
                 for c in conversations
