@@ -1,4 +1,4 @@
-"""The `pheby` console command: `serve`, `account create|token|disable` and `hermes install-plugin`."""
+"""The `pheby` console command: `serve`, `account create|token|disable|hermes` and `hermes install-plugin`."""
 
 import argparse
 import asyncio
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import msgspec
 
-from pheby.accounts import Accounts
+from pheby.accounts import Accounts, HermesAccountSettings
 from pheby.db import Database
 from pheby.errors import PhebyError
 from pheby.settings import Settings, SettingsError, load_settings
@@ -35,6 +35,17 @@ def _parser() -> argparse.ArgumentParser:
     token.add_argument("name")
     disable = account.add_parser("disable", help="disable an account (its tokens stop working)")
     disable.add_argument("name")
+    own = account.add_parser(
+        "hermes",
+        help="give an account its own Hermes (no options: back to the server's); prints JSON without secrets",
+        description="Secrets are read from standard input, one line each, in the order of the flags asking.",
+    )
+    own.add_argument("name")
+    own.add_argument("--url", default=None, help="the account's own gateway (then none of the server's credentials)")
+    own.add_argument("--home", default=None, help="the account's Hermes home, for memory controls")
+    own.add_argument("--dashboard-url", default=None, help="the account's Hermes dashboard")
+    own.add_argument("--api-key-stdin", action="store_true", help="read the account's API key from stdin")
+    own.add_argument("--dashboard-token-stdin", action="store_true", help="then read its dashboard token")
 
     hermes = commands.add_parser("hermes", help="the companion Hermes plugin")
     plugin = hermes.add_subparsers(dest="action", required=True)
@@ -120,10 +131,30 @@ async def _account_command(settings: Settings, args: argparse.Namespace) -> dict
             account = await accounts.get_by_name(args.name)
             issued = await accounts.issue_token(account.id, "api", None)
             return {"token": issued.token}
+        if args.action == "hermes":
+            return await _set_hermes(accounts, args)
         account = await accounts.set_disabled(args.name, True)
         return {"id": account.id, "name": account.name, "disabled": True}
     finally:
         await db.close()
+
+
+async def _set_hermes(accounts: Accounts, args: argparse.Namespace) -> dict[str, object]:
+    api_key = sys.stdin.readline().strip() if args.api_key_stdin else ""
+    dashboard_token = sys.stdin.readline().strip() if args.dashboard_token_stdin else ""
+    hermes = HermesAccountSettings(
+        url=args.url or None,
+        api_key=api_key or None,
+        home=args.home or None,
+        dashboard_url=args.dashboard_url or None,
+        dashboard_token=dashboard_token or None,
+    )
+    await accounts.set_hermes(args.name, hermes)
+    account = await accounts.get_by_name(args.name)
+    own = account.hermes
+    shown = {"url": own.url, "home": own.home, "dashboard_url": own.dashboard_url}
+    secrets = {"api_key": own.api_key is not None, "dashboard_token": own.dashboard_token is not None}
+    return {"id": account.id, "name": account.name, "hermes": shown | secrets}
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """The `pheby` console command: accounts, tokens, disabling, and the one-worker rule."""
 
+import asyncio
 import io
 import json
 import subprocess
@@ -8,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from pheby.accounts import Accounts, HermesAccountSettings
 from pheby.cli import main
+from pheby.db import Database
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -40,6 +43,53 @@ def test_account_lifecycle(tmp_path: Path, capsys: pytest.CaptureFixture[str], m
     code, _, err = run_cli(capsys, "--data-dir", str(tmp_path), "account", "token", "nobody")
     assert code == 1
     assert "not found" in err.lower()
+
+
+def test_account_hermes_settings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = ["--data-dir", str(tmp_path)]
+    assert run_cli(capsys, *data, "account", "create", "alice")[0] == 0
+    monkeypatch.setattr(sys, "stdin", io.StringIO("alice-api-key\ndash-token\n"))
+    code, out, _ = run_cli(
+        capsys,
+        *data,
+        "account",
+        "hermes",
+        "alice",
+        "--url",
+        "http://127.0.0.1:8650",
+        "--home",
+        str(tmp_path / "alice-home"),
+        "--api-key-stdin",
+        "--dashboard-token-stdin",
+    )
+    assert code == 0
+    shown = json.loads(out)["hermes"]
+    assert shown == {
+        "url": "http://127.0.0.1:8650",
+        "home": str(tmp_path / "alice-home"),
+        "dashboard_url": None,
+        "api_key": True,
+        "dashboard_token": True,
+    }
+    assert "alice-api-key" not in out and "dash-token" not in out  # secrets are never printed
+
+    async def stored() -> HermesAccountSettings:
+        db = Database(tmp_path / "pheby.sqlite3")
+        await db.open()
+        try:
+            return (await Accounts(db).get_by_name("alice")).hermes
+        finally:
+            await db.close()
+
+    own = asyncio.run(stored())
+    assert (own.url, own.api_key, own.dashboard_token) == ("http://127.0.0.1:8650", "alice-api-key", "dash-token")
+
+    code, out, _ = run_cli(capsys, *data, "account", "hermes", "alice")  # no options: the server's again
+    assert code == 0
+    assert set(json.loads(out)["hermes"].values()) == {None, False}
+    assert asyncio.run(stored()) == HermesAccountSettings()
 
 
 def test_data_dir_from_environment(

@@ -252,16 +252,23 @@ async def test_memory_is_per_account_hermes_home(api: Api, settings: Settings, h
     alice_home = tmp_path / "alice-home"
     alice_home.mkdir()
     alice = await add_account(settings, "alice", HermesAccountSettings(home=str(alice_home)))
-    bob = await add_account(settings, "bob")  # no home of his own: the server's
+    bob = await add_account(settings, "bob")  # no home of his own: the server's is the owner's, not his
     await api.put("/api/memory/memory", json={"content": "Alice's note", "revision": EMPTY}, headers=alice)
     assert (alice_home / "memories" / "MEMORY.md").read_text(encoding="utf-8") == "Alice's note"
     assert not (home / "memories").exists()
     owner_view = (await api.get("/api/memory", headers=OWNER)).json()["sections"]
     assert owner_view[0]["content"] == ""
     assert (await api.get("/api/memory", headers=alice)).json()["sections"][0]["content"] == "Alice's note"
-    await api.put("/api/memory/memory", json={"content": "Server note", "revision": EMPTY}, headers=bob)
-    assert (await api.get("/api/memory", headers=OWNER)).json()["sections"][0]["content"] == "Server note"
+    await api.put("/api/memory/memory", json={"content": "Owner note", "revision": EMPTY}, headers=OWNER)
+    assert (home / "memories" / "MEMORY.md").read_text(encoding="utf-8") == "Owner note"
     assert (alice_home / "memories" / "MEMORY.md").read_text(encoding="utf-8") == "Alice's note"
+    bob_reads = await api.get("/api/memory", headers=bob)
+    assert bob_reads.status_code == 501
+    assert "Owner note" not in bob_reads.text
+    bob_writes = await api.put("/api/memory/memory", json={"content": "Bob", "revision": EMPTY}, headers=bob)
+    assert bob_writes.status_code == 501
+    assert (home / "memories" / "MEMORY.md").read_text(encoding="utf-8") == "Owner note"
+    assert (await api.get("/api/capabilities", headers=bob)).json()["capabilities"]["memory"] is False
 
 
 async def test_memory_needs_authentication(api: Api) -> None:
