@@ -1,12 +1,16 @@
 """PATCH /api/artifacts/{artifact_id} — edit against the revision the client last saw (else 409)."""
 
+from typing import Any
+
 import msgspec
 from litestar import patch
 from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody
 
+from handlers.bodies import authenticated, read_body
 from pheby.artifacts import ArtifactBody
 from pheby.auth import Principal
+from pheby.errors import BadRequest
 from pheby.services import Services
 
 
@@ -18,19 +22,20 @@ class UpdateArtifactRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=T
     content: str | None = None
 
 
-@patch("/api/artifacts/{artifact_id:str}", tags=["artifacts"])
+@patch("/api/artifacts/{artifact_id:str}", tags=["artifacts"], guards=[authenticated])
 async def update_artifact(
     current_user: NamedDependency[Principal],
     services: NamedDependency[Services],
     artifact_id: FromPath[str],
-    data: JSONBody[UpdateArtifactRequest],
+    data: JSONBody[dict[str, Any]],
 ) -> ArtifactBody:
+    body = read_body(data, UpdateArtifactRequest, BadRequest)  # strictly: a revision "1" is not 1
     artifact = await services.artifacts.update(
         current_user.account.id,
         artifact_id,
-        data.revision,
-        title=data.title,
-        kind=data.kind,
-        content=data.content,
+        body.revision,
+        title=body.title,
+        kind=body.kind,
+        content=body.content,
     )
     return ArtifactBody(artifact=artifact)

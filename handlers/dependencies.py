@@ -17,7 +17,8 @@ def provide_services(state: State) -> Services:
 
 async def provide_current_user(request: Request[Any, Any, Any], services: NamedDependency[Services]) -> Principal:
     # Depending on `services` (not app.state) lets Litestar resolve the two in sequence, without a task group.
-    return await services.authenticator.for_api(request)
+    already: Principal | None = request.state.get("principal")  # set by the `authenticated` guard
+    return already if already is not None else await services.authenticator.for_api(request)
 
 
 DEPENDENCIES = {

@@ -227,8 +227,6 @@ class Artifacts:
         Of several edits made against one revision exactly one succeeds: the check and the write are
         one transaction, and every later one finds the revision moved on (409).
         """
-        if title is None and kind is None and content is None:
-            raise Unprocessable("Nothing to change: give title, kind or content")
         new_title = None if title is None else clean_title(title)
         new_kind = None if kind is None else check_kind(kind)
         new_size = None if content is None else self._content_size(content)
@@ -241,6 +239,8 @@ class Artifacts:
                 raise Conflict(f"revision is required: the artifact is at revision {current}")
             if revision != current:
                 raise Conflict(f"Stale revision {revision}: the artifact is at revision {current}")
+            if title is None and kind is None and content is None:
+                raise Unprocessable("Nothing to change: give title, kind or content")
             if current >= self.limits.versions_max:
                 raise TooLarge(f"An artifact keeps at most {self.limits.versions_max} versions")
             if content is None or new_size is None:  # title or kind only: the new version repeats the content
@@ -260,6 +260,7 @@ class Artifacts:
             )
             assert cursor.rowcount == 1  # the transaction holds the write lock since the read above
             _add_version(conn, account_id, artifact_id, current + 1, body, size, now)
+            changes.record(conn, account_id, "artifact", artifact_id, deleted=False)
             return Artifact(
                 id=artifact_id,
                 title=next_title,

@@ -205,7 +205,7 @@ class Attachments:
                     f"INSERT INTO attachments ({', '.join(fields)}) VALUES ({', '.join('?' * len(fields))})",  # noqa: S608
                     tuple(fields.values()),
                 )
-                if surface == "hope" or claimed:
+                if surface == "hope":  # the feed lists what the Hope surface can fetch
                     changes.record(conn, account_id, "attachment", attachment_id, deleted=False)
 
             await self._db.transaction(insert)
@@ -326,7 +326,7 @@ class Attachments:
                 "UPDATE attachments SET deleted_at = ?, extracted_text = NULL WHERE id = ? AND deleted_at IS NULL",
                 (now, attachment.id),
             )
-            if cursor.rowcount and (attachment.surface == "hope" or attachment.claimed_at is not None):
+            if cursor.rowcount and attachment.surface == "hope":
                 changes.record(conn, attachment.account_id, "attachment", attachment.id, deleted=True)
 
         await self._db.transaction(q)
@@ -402,7 +402,6 @@ class Attachments:
                     "UPDATE attachments SET claimed_at = ?, message_id = ? WHERE id = ? AND claimed_at IS NULL",
                     (now, message_id, attachment.id),
                 )
-                changes.record(conn, attachment.account_id, "attachment", attachment.id, deleted=False)
 
         await self._db.transaction(q)
         return [msgspec.structs.replace(a, claimed_at=now, message_id=message_id) for a in attachments]

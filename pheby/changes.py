@@ -1,4 +1,5 @@
-"""The change feed behind `/api/features/sync`: creates and deletes of attachments and artifacts.
+"""The change feed behind `/api/features/sync`: Hope attachments created and deleted, artifacts
+created, edited and deleted.
 
 `record` takes the open connection, so a change is written in the same transaction as the
 change itself and the feed never disagrees with the data.

@@ -13,7 +13,6 @@ import hermes_client as hc
 from pheby.accounts import Account
 from pheby.settings import Settings
 
-
 # (url, api_key, dashboard_url, dashboard_token): what one client is built from.
 Connection = tuple[str, str, str | None, str | None]
 
@@ -23,9 +22,11 @@ def connection_for(settings: Settings, account: Account) -> Connection:
     own = account.hermes
     if own.url:
         return own.url, own.api_key or "", own.dashboard_url or None, own.dashboard_token or None
-    dashboard_url = own.dashboard_url or settings.hermes_dashboard_url or None
-    dashboard_token = own.dashboard_token if own.dashboard_url else own.dashboard_token or settings.hermes_dashboard_token
-    return settings.hermes_url, own.api_key or settings.hermes_api_key, dashboard_url, dashboard_token or None
+    if own.dashboard_url:  # a dashboard of its own: never the server's token
+        return settings.hermes_url, own.api_key or settings.hermes_api_key, own.dashboard_url, own.dashboard_token
+    dashboard_url = settings.hermes_dashboard_url or None
+    dashboard_token = own.dashboard_token or settings.hermes_dashboard_token or None
+    return settings.hermes_url, own.api_key or settings.hermes_api_key, dashboard_url, dashboard_token
 
 
 class HermesClients:

@@ -104,14 +104,6 @@ class UpdateTask(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     enabled: bool | UnsetType = UNSET
 
 
-def read_body(data: Any, type_: type[T]) -> T:
-    """Validate a decoded JSON body as `type_`; anything wrong (including unknown fields) is a 422."""
-    try:
-        return msgspec.convert(data, type_)
-    except msgspec.ValidationError as exc:
-        raise Unprocessable(f"Invalid request: {exc}") from None
-
-
 def _builtins(value: Any) -> Any:
     return msgspec.to_builtins(value) if isinstance(value, msgspec.Struct) else value
 

@@ -245,6 +245,7 @@ async def test_patch_bumps_the_revision_and_stores_a_version(client: Client, ali
     ("body", "status"),
     [
         ({"content": "x"}, 409),  # no revision
+        ({}, 409),  # no revision comes before nothing to change
         ({"revision": None, "content": "x"}, 409),
         ({"revision": 2, "content": "x"}, 409),  # from the future
         ({"revision": 0, "content": "x"}, 409),
@@ -254,6 +255,9 @@ async def test_patch_bumps_the_revision_and_stores_a_version(client: Client, ali
         ({"revision": 1, "title": "t" * 161}, 422),
         ({"revision": 1, "kind": "pdf"}, 422),
         ({"revision": [1], "content": "x"}, 400),
+        ({"revision": "1", "content": "x"}, 400),  # JSON types are kept: a string is not a revision
+        ({"revision": 1.0, "content": "x"}, 400),
+        ({"revision": True, "content": "x"}, 400),
         ({"revision": 1, "content": 7}, 400),
         ({"revision": 1, "content": "x", "owner": "bob"}, 400),
     ],

@@ -107,6 +107,26 @@ async def test_cookie_mutation_needs_an_allowed_origin(client: AsyncTestClient[L
     assert allowed.status_code == 200
 
 
+JSON_BODY_ROUTES = [
+    ("POST", "/api/artifacts"),
+    ("PATCH", "/api/artifacts/0123456789abcdef0123456789abcdef"),
+    ("POST", "/api/tasks"),
+    ("PATCH", "/api/tasks/0123456789ab"),
+    ("PUT", "/api/memory/memory"),
+]
+
+
+@pytest.mark.parametrize(("method", "path"), JSON_BODY_ROUTES)
+async def test_the_caller_is_checked_before_the_body_is_parsed(
+    client: AsyncTestClient[Litestar], method: str, path: str
+) -> None:
+    broken = {"content": b"{", "headers": {"Content-Type": "application/json"}}
+    assert (await client.request(method, path, **broken)).status_code == 401  # type: ignore[arg-type]
+    assert (await login(client)).status_code == 200
+    foreign = await client.request(method, path, content=b"{", headers={"Origin": "https://evil.example"})
+    assert foreign.status_code == 403  # a cookie without the Origin rule met: refused before parsing too
+
+
 async def test_configured_origins_replace_the_default(make_settings: Callable[..., Settings]) -> None:
     settings = make_settings(allowed_origins=("https://hope.example",))
     await add_account(settings, "alice")

@@ -94,7 +94,7 @@ async def test_450_changes_page_as_200_200_50_then_empty(client: Client, account
     assert not {c["id"] for c in bob_feed["changes"]} & {c["id"] for c in seen}
 
 
-async def test_artifact_creates_and_deletes_appear_for_their_owner_only(
+async def test_artifact_creates_edits_and_deletes_appear_for_their_owner_only(
     client: Client, accounts: dict[str, Any]
 ) -> None:
     _, alice = accounts["alice"]
@@ -107,7 +107,8 @@ async def test_artifact_creates_and_deletes_appear_for_their_owner_only(
     await client.delete(f"/api/artifacts/{artifact_id}", headers=alice)
     feed = (await client.get("/api/features/sync?after=0", headers=alice)).json()
     assert [(c["kind"], c["id"], c["deleted"]) for c in feed["changes"]] == [
-        ("artifact", artifact_id, False),  # edits are not creates or deletes: the feed lists none
+        ("artifact", artifact_id, False),
+        ("artifact", artifact_id, False),  # the edit: other clients learn to reload it
         ("artifact", artifact_id, True),
     ]
     assert feed["cursor"] == feed["changes"][-1]["sequence"]
@@ -126,3 +127,32 @@ async def test_a_bad_cursor_is_400(client: Client, accounts: dict[str, Any], aft
 
 async def test_sync_needs_a_caller(client: Client) -> None:
     assert (await client.get("/api/features/sync?after=0")).status_code == 401
+
+
+async def chunks(data: bytes) -> AsyncIterator[bytes]:
+    yield data
+
+
+async def test_only_hope_attachments_are_in_the_feed(client: Client, accounts: dict[str, Any]) -> None:
+    """The feed lists what `/api/attachments` can fetch: Pheby uploads and agent files stay out of it."""
+    alice_id, alice = accounts["alice"]
+    services: Services = client.app.state.services
+    conversation = await services.conversations.create(alice_id, "chat")
+    upload = await services.attachments.upload_pheby(alice_id, conversation.id, "a.md", "text/markdown", chunks(b"a"))
+    await services.attachments.claim([upload], "m1")
+    pushed = await services.attachments.store_pushed_deliverable(
+        alice_id, conversation.id, "m2", "out.txt", "text/plain", chunks(b"out")
+    )
+    await services.attachments.delete(alice_id, pushed.id)
+    assert (await client.get("/api/features/sync?after=0", headers=alice)).json() == {"changes": [], "cursor": 0}
+
+    hope = await client.post(
+        "/api/attachments", content=b"hi", headers={**alice, "Content-Type": "text/plain", "X-Filename": "hi.txt"}
+    )
+    hope_id = hope.json()["attachment"]["id"]
+    await client.delete(f"/api/attachments/{hope_id}", headers=alice)
+    feed = (await client.get("/api/features/sync?after=0", headers=alice)).json()["changes"]
+    assert [(c["kind"], c["id"], c["deleted"]) for c in feed] == [
+        ("attachment", hope_id, False),
+        ("attachment", hope_id, True),
+    ]
