@@ -125,6 +125,7 @@ def _row(row: sqlite3.Row) -> Attachment:
     return Attachment(**{k: row[k] for k in row.keys() if k != "deleted_at"})  # noqa: SIM118
 
 
+_QUOTA_STEP = 1024 * 1024  # a chunked Hope upload reserves quota this far ahead of its bytes
 _LIVE = "deleted_at IS NULL AND (expires_at IS NULL OR expires_at > ?)"
 
 
@@ -251,8 +252,9 @@ class Attachments:
         limit = self._settings.hope_upload_max_bytes
         if declared_length is not None and declared_length > limit:
             raise TooLarge(f"Uploads are limited to {limit} bytes")
-        reserve = min(declared_length, limit) if declared_length is not None else limit
-        async with self.quota.reserve(account_id, reserve):
+        async with self.quota.reserve(account_id, declared_length or 0) as reservation:
+            if declared_length is None:  # chunked: reserve as the bytes arrive
+                body = reservation.metered(body, step=_QUOTA_STEP, ceiling=limit)
             return await self._store(
                 account_id=account_id,
                 surface="hope",
@@ -260,7 +262,7 @@ class Attachments:
                 filename=filename or "",
                 mime=mime,
                 chunks=checked_stream(body, mime),
-                max_bytes=reserve,
+                max_bytes=limit if declared_length is None else declared_length,
             )
 
     async def _hope_bytes(self, account_id: str | None) -> int:

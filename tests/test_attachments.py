@@ -282,6 +282,36 @@ async def test_hope_size_limits(make_settings: Callable[..., Settings], storage_
 
 
 @pytest.mark.live
+async def test_chunked_uploads_near_the_quota_are_judged_by_their_size(
+    start_live_server: Callable[[Settings], LiveServer],
+    live_settings: Callable[..., Settings],
+    storage_settings: dict[str, Any],
+) -> None:
+    """Without a Content-Length the quota is reserved as bytes arrive, not a whole upload limit ahead."""
+    settings = live_settings(hope_upload_max_bytes=100, hope_account_quota_bytes=250, **storage_settings)
+    server = start_live_server(settings)
+
+    async def chunked(size: int) -> AsyncIterator[bytes]:
+        for _ in range(size // 10):
+            yield b"x" * 10
+
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=30, headers=OWNER) as http:
+
+        async def upload(size: int, *, streamed: bool = True) -> int:
+            headers = {"Content-Type": "text/plain", "X-Filename": "c.txt"}
+            body = chunked(size) if streamed else b"x" * size
+            return (await http.post("/api/attachments", content=body, headers=headers)).status_code
+
+        assert await upload(100, streamed=False) == 201
+        assert await upload(100) == 201
+        assert await upload(40) == 201  # 50 left: it fits, though the per-upload limit (100) would not
+        assert await upload(20) == 413  # 10 left
+        assert await upload(10) == 201
+        listing = (await http.get("/api/attachments")).json()["attachments"]
+    assert sum(a["size"] for a in listing) == 250
+
+
+@pytest.mark.live
 async def test_concurrent_uploads_never_pass_the_quota(
     start_live_server: Callable[[Settings], LiveServer],
     live_settings: Callable[..., Settings],
