@@ -6,7 +6,7 @@ import msgspec
 from litestar import Request, post
 from litestar.di import NamedDependency
 
-from handlers.uploads import declared_length
+from handlers.uploads import declared_length, utf8_header
 from pheby.attachments import HopeAttachment, hope_object
 from pheby.auth import Principal
 from pheby.services import Services
@@ -22,7 +22,7 @@ async def create_hope_attachment(
 ) -> HopeAttachmentResponse:
     attachment = await services.attachments.upload_hope(
         current_user.account.id,
-        request.headers.get("x-filename"),
+        utf8_header(request, "x-filename"),
         request.headers.get("content-type"),
         declared_length(request),
         request.stream(),

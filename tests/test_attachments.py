@@ -9,10 +9,13 @@ from typing import Any
 
 import httpx
 import pytest
+from litestar import Request
 from litestar.testing import AsyncTestClient
 from moto import mock_aws
 
 from handlers.app import create_app
+from handlers.uploads import utf8_header
+from pheby.errors import Unprocessable
 from pheby.services import Services
 from pheby.settings import Settings
 from tests.conftest import TEST_SECRET
@@ -38,6 +41,7 @@ PHEBY_KEYS = {
 }
 HOPE_KEYS = {"id", "filename", "mime", "size", "extraction_status", "created_at"}
 OWNER = {"Authorization": f"Bearer {TEST_SECRET}"}
+OWNER_AUTH = OWNER["Authorization"].encode()
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -246,6 +250,16 @@ async def test_hope_types_and_signatures(client: AsyncTestClient[Any], body: byt
         assert await services_of(client).blobs.list("attachments/") == []
 
 
+async def test_hope_filenames_are_utf8(client: AsyncTestClient[Any]) -> None:
+    name = "résumé, 履歴.txt"
+    headers = [(b"Content-Type", b"text/plain"), (b"X-Filename", name.encode()), (b"Authorization", OWNER_AUTH)]
+    response = await client.post("/api/attachments", content=b"x", headers=headers)
+    assert response.status_code == 201
+    assert response.json()["attachment"]["filename"] == name
+    with pytest.raises(Unprocessable):  # bytes that are not UTF-8 (the test client can't send them)
+        utf8_header(Request({"type": "http", "headers": [(b"x-filename", b"caf\xe9.txt")]}), "x-filename")
+
+
 @pytest.mark.parametrize("filename", [None, "", "a/b.txt", "a\\b.txt", "bad\x07name.txt", "x" * 256, "é" * 128])
 async def test_hope_invalid_filenames_are_422(client: AsyncTestClient[Any], filename: str | None) -> None:
     if filename is not None and not filename.isascii():
@@ -255,7 +269,7 @@ async def test_hope_invalid_filenames_are_422(client: AsyncTestClient[Any], file
             headers=[
                 (b"Content-Type", b"text/plain"),
                 (b"X-Filename", filename.encode()),
-                (b"Authorization", OWNER["Authorization"].encode()),
+                (b"Authorization", OWNER_AUTH),
             ],
         )
     else:
