@@ -257,7 +257,8 @@ async def test_hope_filenames_are_utf8(client: AsyncTestClient[Any]) -> None:
     assert response.status_code == 201
     assert response.json()["attachment"]["filename"] == name
     with pytest.raises(Unprocessable):  # bytes that are not UTF-8 (the test client can't send them)
-        utf8_header(Request({"type": "http", "headers": [(b"x-filename", b"caf\xe9.txt")]}), "x-filename")
+        scope: Any = {"type": "http", "headers": [(b"x-filename", b"caf\xe9.txt")]}
+        utf8_header(Request(scope), "x-filename")
 
 
 @pytest.mark.parametrize("filename", [None, "", "a/b.txt", "a\\b.txt", "bad\x07name.txt", "x" * 256, "é" * 128])
