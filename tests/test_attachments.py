@@ -256,8 +256,8 @@ async def test_hope_filenames_are_utf8(client: AsyncTestClient[Any]) -> None:
     response = await client.post("/api/attachments", content=b"x", headers=headers)
     assert response.status_code == 201
     assert response.json()["attachment"]["filename"] == name
+    scope: Any = {"type": "http", "headers": [(b"x-filename", b"caf\xe9.txt")]}
     with pytest.raises(Unprocessable):  # bytes that are not UTF-8 (the test client can't send them)
-        scope: Any = {"type": "http", "headers": [(b"x-filename", b"caf\xe9.txt")]}
         utf8_header(Request(scope), "x-filename")
 
 
