@@ -4,6 +4,7 @@ One ``httpx.AsyncClient`` per Hermes endpoint. Every failure surfaces as one of 
 ``HermesError`` kinds; every response body is decoded into a frozen msgspec struct.
 """
 
+import logging
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Final, Self, TypeVar
@@ -31,6 +32,7 @@ from hermes_client.sse import SSEDataParser
 __all__ = ["HermesClient"]
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 DASHBOARD_TOKEN_HEADER: Final = "X-Hermes-Session-Token"  # noqa: S105 - a header name, not a secret
 JOB_UPDATE_FIELDS: Final = frozenset({"name", "schedule", "prompt", "deliver", "skills", "skill", "repeat", "enabled"})
@@ -49,7 +51,7 @@ class _JobEnvelope(msgspec.Struct, frozen=True):
 
 
 class _JobList(msgspec.Struct, frozen=True):
-    jobs: list[Job]
+    jobs: list[msgspec.Raw]  # decoded one by one: a job of an unexpected shape must not hide the others
 
 
 _TERMINAL_TYPES: Final = frozenset(TERMINAL_EVENTS)  # a set lookup: isinstance() on Structs is ~10x slower
@@ -291,7 +293,13 @@ class HermesClient:
 
     async def list_jobs(self, include_disabled: bool = True) -> list[Job]:
         params = {"include_disabled": "true"} if include_disabled else None
-        return _decode(await self._send("GET", "/api/jobs", params=params), _JobList).jobs
+        jobs: list[Job] = []
+        for raw in _decode(await self._send("GET", "/api/jobs", params=params), _JobList).jobs:
+            try:
+                jobs.append(msgspec.json.decode(raw, type=Job))
+            except msgspec.ValidationError as exc:
+                log.warning("skipping a Hermes job of an unexpected shape: %s", exc)
+        return jobs
 
     async def create_job(
         self,

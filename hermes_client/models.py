@@ -143,17 +143,17 @@ class JobSchedule(_Response, frozen=True):
     """``kind`` is ``interval`` (with ``minutes``), ``cron`` (with ``expr``) or ``once`` (with ``run_at``)."""
 
     kind: str
-    display: str | None = None
+    display: str | UnsetType | None = UNSET
     minutes: int | UnsetType = UNSET
     expr: str | UnsetType = UNSET
     run_at: str | UnsetType = UNSET
 
 
 class JobRepeat(_Response, frozen=True):
-    """``times`` is None for "forever"."""
+    """``times`` is None for "forever". Absent fields stay ``UNSET``, so a projection shows what Hermes sent."""
 
-    times: int | None = None
-    completed: int = 0
+    times: int | UnsetType | None = UNSET
+    completed: int | UnsetType = UNSET
 
 
 class Job(_Response, frozen=True):
@@ -164,7 +164,7 @@ class Job(_Response, frozen=True):
     """
 
     id: str
-    name: str
+    name: str | UnsetType = UNSET
     prompt: str | UnsetType = UNSET
     schedule: JobSchedule | UnsetType = UNSET
     schedule_display: str | UnsetType | None = UNSET

@@ -577,6 +577,21 @@ async def test_projection_is_the_whitelist_and_passes_gateway_values_through(
         assert leak not in response.text
 
 
+async def test_jobs_of_other_shapes_pass_through_or_are_skipped_never_failing_the_list(
+    api: Api, scripted_hermes: Callable[[Handler], list[httpx.Request]]
+) -> None:
+    nameless = {"id": "aaaaaaaaaaaa", "schedule": {"kind": "interval", "minutes": 5}, "repeat": {"times": None}}
+    broken = {"id": "bbbbbbbbbbbb", "name": "Broken", "enabled": "yes", "schedule": "every 5m"}
+    fine = {"id": "cccccccccccc", "name": "Fine"}
+    scripted_hermes(lambda request: httpx.Response(200, json={"jobs": [nameless, broken, fine]}))
+    response = await api.get("/api/tasks", headers=OWNER)
+    assert response.status_code == 200
+    assert response.json()["tasks"] == [
+        nameless,  # no name, no schedule display, no repeat count: absent, as Hermes sent it
+        fine,
+    ]
+
+
 async def test_unreachable_hermes_is_503(make_settings: Callable[..., Settings], hermes_down_base_url: str) -> None:
     settings = make_settings(hermes_url=hermes_down_base_url, hermes_api_key="k" * 20)
     async with AsyncTestClient(create_app(settings), base_url=BASE) as api:
