@@ -367,14 +367,17 @@ class Attachments:
                 raise BadRequest(f"Attachment {attachment_id} does not belong to this conversation")
             if attachment.claimed_at is not None:
                 raise BadRequest(f"Attachment {attachment_id} was already sent")
-            if attachment.extraction_status in UNUSABLE:
-                raise BadRequest(
-                    f"{attachment.filename} is {attachment.extraction_status} and can't be given to the agent"
-                )
             attachments.append(attachment)
         parts = [text]
         for attachment in attachments:
-            if is_text(attachment.mime) and attachment.size <= INLINE_TEXT_MAX_BYTES and attachment.extracted_text:
+            # Inlined only when whole; anything else (truncated, encrypted, unreadable) goes by path, so the
+            # agent may still open it with its own tools.
+            if (
+                is_text(attachment.mime)
+                and attachment.size <= INLINE_TEXT_MAX_BYTES
+                and attachment.extraction_status == "ready"
+                and attachment.extracted_text
+            ):
                 parts.append(
                     f"[Attachment: {attachment.filename}]\n{attachment.extracted_text}\n[End of {attachment.filename}]"
                 )

@@ -11,7 +11,7 @@ import pytest
 
 from demo_hermes import DemoHermesServer, parse_echo_reply
 from pheby.settings import Settings
-from tests.files import PNG_1PX
+from tests.files import PNG_1PX, encrypted_pdf
 from tests.live_server import LiveServer
 from tests.ws_client import PhebyClient
 
@@ -188,3 +188,26 @@ async def test_64_mib_plus_one_is_413_and_leaves_nothing(live_server: LiveServer
     conn.close()
     assert rows == [("ok.bin",)]
     assert json.dumps(rows)
+
+
+async def test_files_that_cant_be_inlined_whole_go_to_the_agent_by_path(live_server: LiveServer) -> None:
+    """Only unknown, already-sent or cross-conversation ids are refused; the rest reach the agent."""
+    client = await PhebyClient.connect(live_server.ws_url, live_server.secret)
+    conversation_id = (await client.request("conversation.create", "conversation.created"))["conversation_id"]
+    long_text = b"x" * 100_000 + b"\nEND-MARKER\n"  # under 100 KiB, but over the 100,000-character extract
+    files = {
+        "long.txt": (long_text, "text/plain"),
+        "latin1.txt": ("café".encode("latin-1"), "text/plain"),  # not UTF-8: extraction failed
+        "locked.pdf": (encrypted_pdf(), "application/pdf"),
+    }
+    ids = [(await upload(live_server, conversation_id, name, *file))["attachment_id"] for name, file in files.items()]
+    accepted = await client.request(
+        "chat.send", "run.accepted", conversation_id=conversation_id, text="/demo echo", attachment_ids=ids
+    )
+    assert accepted["type"] == "run.accepted", accepted
+    echo = parse_echo_reply((await client.expect("message.complete", conversation_id=conversation_id))["text"])
+    assert "END-MARKER" not in echo.input  # not inlined cut short
+    for name, (body, _) in files.items():
+        line = next(line for line in echo.input.splitlines() if f"[Attachment: {name} (" in line)
+        assert Path(line.split(" at ", 1)[1].rstrip("]")).read_bytes() == body
+    await client.close()
