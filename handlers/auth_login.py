@@ -28,12 +28,13 @@ async def login(
     request: Request[Any, Any, Any], data: JSONBody[LoginRequest], services: NamedDependency[Services]
 ) -> Response[LoginResponse]:
     subject = f"{services.authenticator.client_address(request)}|{data.username}"
-    if await services.login_limiter.is_locked(subject):
-        raise RateLimited("Too many failed logins; try again in a minute")
-    account = await services.accounts.verify_password(data.username, data.password)
-    if account is None:
-        await services.login_limiter.record_failure(subject)
-        raise Unauthorized("Wrong username or password")
+    async with services.login_limiter.attempt(subject) as allowed:
+        if not allowed:
+            raise RateLimited("Too many failed logins; try again in a minute")
+        account = await services.accounts.verify_password(data.username, data.password)
+        if account is None:
+            await services.login_limiter.record_failure(subject)
+            raise Unauthorized("Wrong username or password")
     ttl = services.settings.session_ttl_seconds
     issued = await services.accounts.issue_token(account.id, "session", ttl)
     cookie = Cookie(

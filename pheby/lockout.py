@@ -1,8 +1,11 @@
 """Failed-attempt lockouts (login and WebSocket hello), kept in SQLite so restarts don't reset them."""
 
+import asyncio
 import sqlite3
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 
 from pheby.db import Database
 
@@ -18,9 +21,10 @@ class FailureLimiter:
         self.limit = limit
         self.window = window
         self._clock = clock
+        self._lock = asyncio.Lock()
+        self._in_flight: Counter[str] = Counter()
 
-    async def is_locked(self, subject: str) -> bool:
-        """True once the subject has `limit` failures inside the window."""
+    async def _failures(self, subject: str) -> int:
         since = self._clock() - self.window
 
         def q(conn: sqlite3.Connection) -> int:
@@ -30,7 +34,31 @@ class FailureLimiter:
             ).fetchone()
             return int(row[0])
 
-        return await self._db.run(q) >= self.limit
+        return await self._db.run(q)
+
+    async def is_locked(self, subject: str) -> bool:
+        """True once the subject has `limit` failures inside the window."""
+        return await self._failures(subject) >= self.limit
+
+    @asynccontextmanager
+    async def attempt(self, subject: str) -> AsyncIterator[bool]:
+        """Yield whether an attempt may go ahead; attempts in flight count as failures until they end.
+
+        Checking, then verifying (a slow scrypt), then recording would let twenty concurrent
+        guesses all pass the check; here at most `limit` can be undecided or failed at once.
+        A failed attempt calls `record_failure` before leaving the block.
+        """
+        async with self._lock:
+            allowed = await self._failures(subject) + self._in_flight[subject] < self.limit
+            if allowed:
+                self._in_flight[subject] += 1
+        try:
+            yield allowed
+        finally:
+            if allowed:
+                self._in_flight[subject] -= 1
+                if self._in_flight[subject] <= 0:
+                    del self._in_flight[subject]
 
     async def record_failure(self, subject: str) -> None:
         now = self._clock()

@@ -15,6 +15,7 @@ from pheby.accounts import Accounts
 from pheby.db import Database
 from pheby.settings import Settings
 from tests.conftest import TEST_SECRET
+from tests.live_server import LiveServer
 
 pytestmark = pytest.mark.anyio
 BASE = "http://testserver.local"
@@ -94,6 +95,25 @@ async def test_wrong_password_is_401_and_sixth_failure_is_429(client: AsyncTestC
     # Locked out even with the right password, until the window passes; other usernames are unaffected.
     assert (await login(client)).status_code == 429
     assert (await login(client, username="mallory", password="x")).status_code == 401
+
+
+@pytest.mark.live
+async def test_concurrent_wrong_passwords_get_no_more_than_the_limit(
+    start_live_server: Callable[[Settings], LiveServer], live_settings: Callable[..., Settings]
+) -> None:
+    """The password check is slow; twenty guesses at once must not all pass the lockout check first."""
+    settings = live_settings()
+    await add_account(settings, "alice")
+    server = start_live_server(settings)
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=60) as http:
+
+        async def guess(password: str) -> int:
+            body = {"username": "alice", "password": password}
+            return (await http.post("/api/auth/login", json=body)).status_code
+
+        statuses = sorted(await asyncio.gather(*(guess(f"wrong-{n}") for n in range(20))))
+        assert statuses == [401] * 5 + [429] * 15
+        assert await guess("pw-123456") == 429
 
 
 async def test_cookie_mutation_needs_an_allowed_origin(client: AsyncTestClient[Litestar]) -> None:
