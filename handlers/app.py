@@ -5,6 +5,7 @@ from contextlib import asynccontextmanager
 
 from litestar import Litestar
 from litestar.datastructures import ResponseHeader
+from litestar.middleware import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.types import ControllerRouterHandler
@@ -44,6 +45,7 @@ from handlers import (
     tasks_run,
     tasks_update,
 )
+from handlers.body_timeout import BodyIdleTimeout
 from handlers.dependencies import DEPENDENCIES
 from handlers.errors import EXCEPTION_HANDLERS
 from handlers.ws.endpoint import pheby_socket
@@ -103,6 +105,7 @@ def create_app(settings: Settings) -> Litestar:
         route_handlers=ROUTES,
         dependencies=DEPENDENCIES,
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
+        middleware=[DefineMiddleware(BodyIdleTimeout, seconds=settings.body_idle_timeout)],
         lifespan=[lifespan],
         openapi_config=OpenAPIConfig(
             title="Pheby server", version="1", path="/schema", render_plugins=[SwaggerRenderPlugin()]

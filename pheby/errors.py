@@ -68,6 +68,12 @@ class Unprocessable(PhebyError):
     default_message = "Invalid input"
 
 
+class RequestTimeout(PhebyError):
+    status_code = 408
+    code = "request_timeout"
+    default_message = "The request body stalled"
+
+
 class RateLimited(PhebyError):
     status_code = 429
     code = "rate_limited"

@@ -52,6 +52,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     log_format: Literal["text", "json"] = "text"
     # PHEBY_WS_HELLO_TIMEOUT: seconds a new WebSocket has to say hello.
     ws_hello_timeout: Annotated[float, msgspec.Meta(gt=0)] = 10.0
+    # PHEBY_BODY_IDLE_TIMEOUT: seconds a request body may stall (no bytes at all) before a 408.
+    body_idle_timeout: Annotated[float, msgspec.Meta(gt=0)] = 60.0
     # Attachment limits. Pheby uploads and agent deliverables are bounded per file and by retention;
     # Hope uploads also count against per-account and global quotas.
     attachment_max_bytes: Annotated[int, msgspec.Meta(gt=0)] = 64 * MiB
@@ -120,6 +122,7 @@ ENV_NAMES: dict[str, str] = {
     "session_ttl_seconds": "PHEBY_SESSION_TTL_SECONDS",
     "log_format": "PHEBY_LOG_FORMAT",
     "ws_hello_timeout": "PHEBY_WS_HELLO_TIMEOUT",
+    "body_idle_timeout": "PHEBY_BODY_IDLE_TIMEOUT",
     "attachment_max_bytes": "PHEBY_ATTACHMENT_MAX_BYTES",
     "hope_upload_max_bytes": "PHEBY_HOPE_UPLOAD_MAX_BYTES",
     "hope_account_quota_bytes": "PHEBY_HOPE_ACCOUNT_QUOTA_BYTES",

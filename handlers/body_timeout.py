@@ -1,0 +1,41 @@
+"""A request body that stalls is answered 408 instead of holding its connection open forever.
+
+uvicorn bounds the time to the first byte of a request line, not a body read: a client that
+announces 100 bytes and sends one would keep a handler (and a quota reservation) waiting. Each
+body read may wait `seconds` at most; once the body is complete, reads pass straight through, so
+a streamed response waiting for the client to disconnect is never cut short.
+"""
+
+from typing import Any
+
+import anyio
+from litestar.enums import ScopeType
+from litestar.types import ASGIApp, Receive, Scope, Send
+
+from pheby.errors import RequestTimeout
+
+
+class BodyIdleTimeout:
+    def __init__(self, app: ASGIApp, seconds: float) -> None:
+        self._app = app
+        self._seconds = seconds
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != ScopeType.HTTP:
+            await self._app(scope, receive, send)
+            return
+        body_done = False
+
+        async def receive_with_deadline() -> Any:
+            nonlocal body_done
+            if body_done:
+                return await receive()
+            try:
+                with anyio.fail_after(self._seconds):
+                    message = await receive()
+            except TimeoutError:
+                raise RequestTimeout(f"No request body bytes for {self._seconds:g} seconds") from None
+            body_done = message["type"] != "http.request" or not message.get("more_body", False)
+            return message
+
+        await self._app(scope, receive_with_deadline, send)
