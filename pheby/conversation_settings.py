@@ -107,10 +107,10 @@ class ConversationSettings:
         model = model.strip()
         if not model:
             raise BadRequest("model must not be blank")
-        if provider is not None:
-            current = await self._current_provider(account)
-            if provider != current:
-                raise NotImplementedByUpstream(OTHER_PROVIDER.format(current=current or "unknown"))
+        current = await self._current_provider(account)
+        if provider is not None and provider != current:
+            raise NotImplementedByUpstream(OTHER_PROVIDER.format(current=current or "unknown"))
+        provider = current  # the conversation runs on the current provider, so that is the one it names
         await self._store(conversation.id, model=model, provider=provider)
         await self.sync(account, conversation)
         return provider
@@ -143,7 +143,8 @@ class ConversationSettings:
         await self._conversations.get(account.id, conversation_id)
         own = await self.overrides(conversation_id)
         if own.model and self.extras_for(account).model:
-            return ModelView(model=own.model, provider=own.provider, scope="conversation")
+            provider = own.provider or await self._current_provider(account)
+            return ModelView(model=own.model, provider=provider, scope="conversation")
         return None
 
     async def model_view(self, account: Account, conversation_id: str | None) -> ModelView:

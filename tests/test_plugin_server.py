@@ -242,10 +242,16 @@ async def test_live_extras_are_reported_and_scope_one_conversation(
         conversation_id,
         "demo-model-2",
     )
+    global_provider = snapshot["current_provider"]
+    assert global_provider
+    assert changed["provider"] == global_provider  # no provider given: the conversation's is the current one
     broadcast = await client.wait_for(lambda f: f["type"] == "model.changed" and "request_id" not in f)
     assert broadcast["conversation_id"] == conversation_id
     snapshot = await client.request("models.list", "models.snapshot", conversation_id=conversation_id)
     assert (snapshot["current_model"], snapshot["scope"]) == ("demo-model-2", "conversation")
+    assert snapshot["current_provider"] == global_provider
+    current = await client.request("models.current", "model.current", conversation_id=conversation_id)
+    assert (current["model"], current["provider"]) == ("demo-model-2", global_provider)
     elsewhere = await client.request("models.current", "model.current")
     assert (elsewhere["scope"], elsewhere["model"] != "demo-model-2") == ("global", True)
     other = await client.request(
