@@ -2,8 +2,10 @@
 
 import asyncio
 
+import msgspec
 import pytest
 
+from handlers.ws.registry import DECODER
 from pheby.events import HistoryMessage, Pong
 from pheby.history import page
 from pheby.hub import CLOSE_TRY_AGAIN_LATER, Connection, Hub
@@ -111,3 +113,19 @@ async def test_slow_connection_is_closed_with_1013_without_delaying_others() -> 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        {"type": "model.set", "model": "\u0000"},
+        {"type": "model.set", "model": "x" * 257},
+        {"type": "model.set", "model": "a\nb"},
+        {"type": "model.set", "model": "ok", "provider": "\u007f"},
+        {"type": "model.set", "model": ""},
+    ],
+)
+def test_model_names_are_one_printable_line(frame: dict[str, str]) -> None:
+    with pytest.raises(msgspec.ValidationError):
+        DECODER.decode(msgspec.json.encode(frame))
+    assert DECODER.decode(msgspec.json.encode({"type": "model.set", "model": "anthropic/claude-sonnet-4"}))

@@ -1,15 +1,20 @@
 """`model.set` → `model.changed` reply and broadcast: global, or for one conversation (companion plugin)."""
 
+from typing import Annotated
+
 import msgspec
 
 from handlers.ws.context import WsContext, rid
 from handlers.ws.messages import ClientMessage
 from pheby.events import ModelChanged
 
+# A model or provider name: one line of printable text, of a length Hermes's config can hold.
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$")]
+
 
 class ModelSet(ClientMessage, frozen=True, tag="model.set"):
-    model: str
-    provider: str | None = None
+    model: Name
+    provider: Name | None = None
     conversation_id: str | None = None
 
 
