@@ -1,4 +1,4 @@
-"""`hello` — only valid as the first frame; the endpoint authenticates it (see `endpoint.py`)."""
+"""`hello` — only valid as the first frame; `handshake.py` authenticates it."""
 
 from handlers.ws.context import WsContext
 from handlers.ws.messages import ClientMessage
