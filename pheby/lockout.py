@@ -1,8 +1,11 @@
 """Failed-attempt lockouts (login and WebSocket hello), kept in SQLite so restarts don't reset them."""
 
+import asyncio
 import sqlite3
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 
 from pheby.db import Database
 
@@ -18,6 +21,25 @@ class FailureLimiter:
         self.limit = limit
         self.window = window
         self._clock = clock
+        self._turns: dict[str, asyncio.Lock] = {}
+        self._waiting: Counter[str] = Counter()
+
+    @asynccontextmanager
+    async def one_at_a_time(self, subject: str) -> AsyncIterator[None]:
+        """Serialize a subject's attempts, so each one sees every failure recorded before it.
+
+        Without this, attempts evaluated concurrently would all pass `is_locked` before any of
+        them recorded its failure: N sockets would get N guesses however low the limit.
+        """
+        lock = self._turns.setdefault(subject, asyncio.Lock())
+        self._waiting[subject] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            self._waiting[subject] -= 1
+            if not self._waiting[subject]:
+                del self._waiting[subject], self._turns[subject]
 
     async def is_locked(self, subject: str) -> bool:
         """True once the subject has `limit` failures inside the window."""

@@ -161,6 +161,42 @@ async def test_lockout_after_five_failed_hellos(connect: Callable[..., Any], liv
     assert await locked.closed() is not None
 
 
+async def test_sockets_opened_before_a_lockout_get_no_more_guesses(
+    start_live_server: Callable[[Settings], LiveServer],
+    live_settings: Callable[..., Settings],
+    clients: list[PhebyClient],
+) -> None:
+    server = start_live_server(live_settings(ws_hello_timeout=10.0))
+    early = [await PhebyClient.connect(server.ws_url, None) for _ in range(7)]  # all open before the lockout
+    clients.extend(early)
+    for client in early[:5]:
+        await client.send("hello", secret="wrong-secret-value", protocol_version=1)
+        assert (await client.expect("error"))["error"]["code"] == "unauthorized"
+    await early[5].send("hello", secret="wrong-secret-value", protocol_version=1)
+    assert (await early[5].expect("error"))["error"]["code"] == "rate_limited"  # no sixth guess
+    await early[6].send("hello", secret=server.secret, protocol_version=1, request_id="late")
+    refused = await early[6].expect("error")
+    assert refused["error"]["code"] == "rate_limited"
+    assert refused["request_id"] == "late"
+    assert await early[6].closed() is not None
+    assert early[6].seen("ready") == []
+
+
+async def test_concurrent_hellos_get_no_more_guesses_than_the_limit(
+    start_live_server: Callable[[Settings], LiveServer],
+    live_settings: Callable[..., Settings],
+    clients: list[PhebyClient],
+) -> None:
+    server = start_live_server(live_settings(ws_hello_timeout=10.0))
+    sockets = [await PhebyClient.connect(server.ws_url, None) for _ in range(12)]
+    clients.extend(sockets)
+    await asyncio.gather(
+        *(c.send("hello", secret=f"wrong-secret-{i}", protocol_version=1) for i, c in enumerate(sockets))
+    )
+    codes = [(await c.expect("error"))["error"]["code"] for c in sockets]
+    assert sorted(codes) == ["rate_limited"] * 7 + ["unauthorized"] * 5
+
+
 async def test_forwarded_for_counts_only_from_trusted_proxies(
     start_live_server: Callable[[Settings], LiveServer],
     live_settings: Callable[..., Settings],
