@@ -124,7 +124,17 @@ async def test_hello_ready_ping_and_timestamps(connect: Callable[..., Any], live
     [
         ({"type": "hello", "secret": "wrong-secret", "protocol_version": 1}, "unauthorized"),
         ({"type": "hello", "secret": "SECRET", "protocol_version": 2}, "version_mismatch"),
+        ({"type": "hello", "secret": "SECRET"}, "version_mismatch"),
+        ({"type": "hello", "secret": "SECRET", "protocol_version": "1"}, "version_mismatch"),
+        ({"type": "hello", "secret": "SECRET", "protocol_version": 1.0}, "version_mismatch"),
+        ({"type": "hello", "secret": "SECRET", "protocol_version": True}, "version_mismatch"),
+        ({"type": "hello", "secret": "SECRET", "protocol_version": 2, "client": "v2"}, "version_mismatch"),
+        ({"type": "hello", "secret": "SECRET", "protocol_version": 1, "client": "x"}, "unauthorized"),
+        ({"type": "hello", "protocol_version": 1}, "unauthorized"),
+        ({"type": "hello", "secret": 7, "protocol_version": 1}, "unauthorized"),
         ({"type": "ping"}, "unauthorized"),
+        ({"type": "teleport"}, "unauthorized"),
+        ({"secret": "SECRET", "protocol_version": 1}, "unauthorized"),
     ],
 )
 async def test_failed_hello_is_answered_and_closed(
@@ -138,6 +148,43 @@ async def test_failed_hello_is_answered_and_closed(
     assert error["error"]["code"] == code
     assert error["request_id"] == "h"
     assert await client.closed() is not None
+
+
+@pytest.mark.parametrize(
+    "first_frame",
+    [
+        "{not json",
+        json.dumps(["hello"]),
+        json.dumps({"type": "hello", "secret": "s", "protocol_version": 1, "pad": "x" * (2 * MiB)}),
+    ],
+    ids=["invalid-json", "not-an-object", "too-large"],
+)
+async def test_a_first_frame_that_is_no_hello_is_unauthorized(connect: Callable[..., Any], first_frame: str) -> None:
+    client = await connect(secret=None)
+    await client.send_raw(first_frame)
+    error = await client.expect("error")
+    assert error["error"]["code"] == "unauthorized"
+    assert await client.closed() is not None
+
+
+async def test_every_failed_hello_counts_toward_the_lockout(
+    connect: Callable[..., Any], live_server: LiveServer
+) -> None:
+    for first_frame in (
+        "{not json",
+        json.dumps({"type": "ping"}),
+        json.dumps({"type": "hello", "secret": live_server.secret, "protocol_version": 2}),
+        json.dumps({"type": "hello", "secret": live_server.secret, "protocol_version": 1, "extra": 1}),
+        json.dumps({"type": "hello", "protocol_version": 1}),
+    ):
+        client = await connect(secret=None)
+        await client.send_raw(first_frame)
+        assert (await client.expect("error"))["error"]["code"] in ("unauthorized", "version_mismatch")
+        await client.closed()
+    locked = await connect(secret=None)
+    with contextlib.suppress(ConnectionClosed):  # the refusal may come before the hello is even sent
+        await locked.send("hello", secret=live_server.secret, protocol_version=1)
+    assert (await locked.expect("error"))["error"]["code"] == "rate_limited"
 
 
 async def test_auth_timeout(connect: Callable[..., Any]) -> None:

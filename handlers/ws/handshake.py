@@ -1,19 +1,21 @@
 """The first frame of a socket: a `hello` with the right protocol version and a valid secret.
 
-Anything else is answered with an `error` and the socket is closed (1008). A source address with
-too many failed hellos is locked out (see `pheby.lockout`).
+Anything else is a failed hello: answered with `version_mismatch` or `unauthorized` (the spec's
+handshake errors; never the codes of an open connection), counted toward the lockout, and the
+socket is closed (1008). A source address with too many failed hellos is locked out (see
+`pheby.lockout`); a socket that says nothing is closed with `auth_timeout`, uncounted.
 """
 
 import asyncio
 import logging
 from typing import Any, NamedTuple
 
+import msgspec
 from litestar import WebSocket
 from msgspec import UNSET, UnsetType
 
-from handlers.ws.context import rid
-from handlers.ws.frames import FrameError, decode, peek_request_id, receive_frame
-from handlers.ws.hello import Hello
+from handlers.ws.frames import MAX_FRAME_BYTES, frame_size, peek_request_id, peek_type, receive_frame
+from handlers.ws.hello import HELLO_DECODER
 from pheby.accounts import Account
 from pheby.events import PROTOCOL_VERSION, Error, Event, encode_event, error_event
 from pheby.services import Services
@@ -45,13 +47,13 @@ async def handshake(
         return None
     async with limiter.one_at_a_time(address):
         if await limiter.is_locked(address):
-            verdict: Welcome | Refusal = Refusal(_locked_out(peek_request_id(raw)), failed_hello=False)
+            verdict: Welcome | Error = _locked_out(peek_request_id(raw))
         else:
             verdict = await _judge(raw, services)
-            if isinstance(verdict, Refusal) and verdict.failed_hello:
+            if isinstance(verdict, Error):
                 await limiter.record_failure(address)
-    if isinstance(verdict, Refusal):
-        await _refuse(socket, verdict.event)
+    if isinstance(verdict, Error):
+        await _refuse(socket, verdict)
         return None
     return verdict.account, verdict.request_id
 
@@ -61,27 +63,29 @@ class Welcome(NamedTuple):
     request_id: str | UnsetType
 
 
-class Refusal(NamedTuple):
-    event: Error
-    failed_hello: bool  # counts toward the lockout
+class _VersionOnly(msgspec.Struct, frozen=True):
+    protocol_version: Any = None
 
 
-async def _judge(raw: bytes | str, services: Services) -> Welcome | Refusal:
+async def _judge(raw: bytes | str, services: Services) -> Welcome | Error:
+    """A welcome, or the one of the spec's three handshake errors that fits (each a failed hello).
+
+    A hello that doesn't speak our protocol version is `version_mismatch` whatever else is in it,
+    so a client of a later version is told why; anything else wrong is `unauthorized`.
+    """
+    request_id = peek_request_id(raw)
+    if frame_size(raw) > MAX_FRAME_BYTES or peek_type(raw) != "hello":
+        return error_event("unauthorized", "The first message must be hello", request_id)
+    version = msgspec.json.decode(raw, type=_VersionOnly).protocol_version  # the frame parsed as JSON above
+    if type(version) is not int or version != PROTOCOL_VERSION:  # not 1.0, not true
+        return error_event("version_mismatch", f"This server speaks protocol version {PROTOCOL_VERSION}", request_id)
     try:
-        message = decode(raw)
-    except FrameError as exc:
-        return Refusal(exc.event, failed_hello=False)
-    request_id = rid(message.request_id)
-    if not isinstance(message, Hello):
-        return Refusal(error_event("unauthorized", "The first message must be hello", request_id), failed_hello=False)
-    if message.protocol_version != PROTOCOL_VERSION:
-        return Refusal(
-            error_event("version_mismatch", f"This server speaks protocol version {PROTOCOL_VERSION}", request_id),
-            failed_hello=False,
-        )
-    principal = await services.authenticator.from_secret(message.secret)
+        hello = HELLO_DECODER.decode(raw)
+    except msgspec.MsgspecError as exc:
+        return error_event("unauthorized", f"Malformed hello: {exc}", request_id)
+    principal = await services.authenticator.from_secret(hello.secret)
     if principal is None:
-        return Refusal(error_event("unauthorized", "Invalid secret", request_id), failed_hello=True)
+        return error_event("unauthorized", "Invalid secret", request_id)
     return Welcome(principal.account, request_id)
 
 
