@@ -284,7 +284,7 @@ def test_serve_without_hermes_url_refuses_with_one_line(tmp_path: Path) -> None:
 def test_uvicorn_settings_of_pheby_serve(make_settings: Callable[..., Settings]) -> None:
     config = build_uvicorn_config(make_settings(hermes_url="http://127.0.0.1:1"))
     assert config.workers == 1
-    assert config.ws_max_size == WS_MAX_SIZE == 4 * MiB  # room above the protocol's 2 MiB for `too_large`
+    assert config.ws_max_size == WS_MAX_SIZE == 16 * MiB  # room above the protocol's 2 MiB for `too_large`
     assert config.ws_ping_interval == 30
     assert config.ws_ping_timeout == 30
 

@@ -303,6 +303,22 @@ async def test_frame_over_two_mib_is_answered_too_large(owner: PhebyClient) -> N
     assert (await owner.request("ping", "pong"))["type"] == "pong"
 
 
+@pytest.mark.parametrize("size", [5 * MiB, 16 * MiB - 1024])
+async def test_frames_up_to_the_ceiling_are_answered_too_large(owner: PhebyClient, size: int) -> None:
+    frame = json.dumps({"type": "ping", "request_id": "huge", "pad": ""})
+    await owner.send_raw(frame.replace('"pad": ""', f'"pad": "{"x" * (size - len(frame))}"'))
+    error = await owner.expect("error")
+    assert error["error"]["code"] == "too_large"
+    assert error["request_id"] == "huge"
+    assert (await owner.request("ping", "pong"))["type"] == "pong"
+
+
+async def test_frames_over_the_ceiling_close_the_connection_with_1009(owner: PhebyClient) -> None:
+    with contextlib.suppress(ConnectionClosed):
+        await owner.send_raw("x" * (16 * MiB + 1))
+    assert await owner.closed() == 1009
+
+
 async def test_chat_limits(owner: PhebyClient) -> None:
     conversation_id = await new_conversation(owner)
     long_text = await owner.request("chat.send", "run.accepted", conversation_id=conversation_id, text="x" * 64_001)
