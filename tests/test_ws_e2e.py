@@ -471,6 +471,10 @@ async def test_history_pages_and_feeds_the_next_run(owner: PhebyClient) -> None:
     )
     assert [m["text"] for m in older["messages"]][:2] == ["one", "You said: one"]
     assert older["has_more"] is False
+    unknown = await owner.request(
+        "conversation.open", "conversation.history", conversation_id=conversation_id, before_message_id="m999999"
+    )
+    assert unknown["error"]["code"] == "not_found"
     capped = await owner.request(
         "conversation.open", "conversation.history", conversation_id=conversation_id, limit=100000
     )

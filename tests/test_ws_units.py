@@ -4,6 +4,7 @@ import asyncio
 
 import pytest
 
+from pheby.errors import NotFound
 from pheby.events import HistoryMessage, Pong
 from pheby.history import page
 from pheby.hub import CLOSE_TRY_AGAIN_LATER, Connection, Hub
@@ -73,6 +74,12 @@ def test_history_pages_newest_first_with_an_exclusive_cursor() -> None:
     first, more = page(messages, 2, "m2")
     assert [m.message_id for m in first] == ["m1"]
     assert not more
+    assert page(messages, 2, "m1") == ([], False)
+
+
+def test_history_cursor_of_no_message_is_not_found() -> None:
+    with pytest.raises(NotFound):
+        page(_messages(5), 2, "m99")
 
 
 @pytest.mark.anyio
