@@ -678,6 +678,44 @@ async def test_reconnect_mid_run_recovers_the_snapshot(connect: Callable[..., An
     await back.expect("run.finished", run_id=run["run_id"])
 
 
+def assert_snapshots_agree_with_the_live_events(frames: list[Frame]) -> int:
+    """A client replaces its state with each snapshot, then applies the events after it, so:
+    a run shown active must finish later, and a run finished earlier is in the snapshot's transcript."""
+    finished_at = {f["run_id"]: i for i, f in enumerate(frames) if f["type"] == "run.finished"}
+    message_of = {f["message_id"]: f["run_id"] for f in frames if f["type"] == "message.start"}
+    answer_of = {message_of[f["message_id"]]: f["text"] for f in frames if f["type"] == "message.complete"}
+    snapshots = [(i, f) for i, f in enumerate(frames) if f["type"] == "conversation.history"]
+    for at, snapshot in snapshots:
+        if snapshot["run"] is not None:
+            run_id = snapshot["run"]["run_id"]
+            assert finished_at.get(run_id, -1) > at, f"snapshot {at} shows run {run_id} active after its run.finished"
+        shown = {m["text"] for m in snapshot["messages"]}
+        for run_id, finished in finished_at.items():
+            if finished < at:
+                assert answer_of[run_id] in shown, f"snapshot {at} lacks the answer of run {run_id}, finished before it"
+    return len(snapshots)
+
+
+async def test_history_snapshots_agree_with_the_live_events(connect: Callable[..., Any]) -> None:
+    sender = await connect()
+    openers = [await connect() for _ in range(3)]
+    conversation_id = await new_conversation(sender)
+    done = asyncio.Event()
+
+    async def keep_opening(client: PhebyClient) -> None:
+        while not done.is_set():
+            await client.request("conversation.open", "conversation.history", conversation_id=conversation_id)
+
+    openings = [asyncio.create_task(keep_opening(client)) for client in openers]
+    for i in range(25):  # short runs: each finishes while some snapshot is being read
+        await run_to_end(sender, conversation_id, f"race {i}")
+    done.set()
+    await asyncio.gather(*openings)
+    for client in openers:
+        await client.request("ping", "pong")  # every run event was queued before this reply
+        assert assert_snapshots_agree_with_the_live_events(client.frames) > 25
+
+
 async def test_reconnect_recovers_a_pending_approval(connect: Callable[..., Any]) -> None:
     client = await connect()
     conversation_id = await new_conversation(client)
