@@ -4,31 +4,18 @@ A bad frame is answered with an `error` and never closes an authenticated connec
 failed hello closes it. Every reply and error echoes the message's `request_id`.
 """
 
-import logging
 from typing import Any
 
 from litestar import WebSocket, websocket
 from litestar.di import NamedDependency
 
-from handlers.ws.context import WsContext, rid
+from handlers.ws.context import WsContext, error_for, rid
 from handlers.ws.frames import FrameError, decode, receive_frame
 from handlers.ws.handshake import handshake
 from handlers.ws.registry import dispatch
-from pheby.errors import PhebyError
-from pheby.events import Ready, error_event
+from pheby.events import Ready
 from pheby.hub import Connection
 from pheby.services import Services
-
-log = logging.getLogger("pheby.ws")
-
-# The codes the protocol defines; anything else is reported as internal_error.
-PROTOCOL_CODES = frozenset(
-    {
-        "unauthorized", "auth_timeout", "version_mismatch", "bad_request", "invalid_json", "unknown_type",
-        "not_found", "conversation_not_found", "approval_not_found", "clarify_not_found", "too_large",
-        "rate_limited", "run_active", "internal_error", "not_implemented",
-    }
-)  # fmt: skip
 
 
 @websocket("/ws")
@@ -63,9 +50,5 @@ async def _serve(socket: WebSocket[Any, Any, Any], ctx: WsContext) -> None:
             continue
         try:
             await dispatch(ctx, message)
-        except PhebyError as exc:
-            code = exc.code if exc.code in PROTOCOL_CODES else "internal_error"
-            ctx.reply(error_event(code, exc.message, rid(message.request_id)))
-        except Exception:
-            log.exception("message handler failed")
-            ctx.reply(error_event("internal_error", "Internal error", rid(message.request_id)))
+        except Exception as exc:  # noqa: BLE001 - every failure is answered; error_for logs the unexpected
+            ctx.reply(error_for(exc, rid(message.request_id)))
