@@ -14,12 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from litestar import Litestar
 from websockets.exceptions import ConnectionClosed
 
 from demo_hermes import DemoHermesServer
 from hermes_client import HermesNotFound
 from pheby.accounts import Accounts, HermesAccountSettings
 from pheby.db import Database
+from pheby.errors import NotFound
+from pheby.services import Services
 from pheby.settings import Settings
 from tests.live_server import LiveServer, hermes_settings
 from tests.ws_client import Frame, PhebyClient
@@ -414,6 +417,34 @@ async def test_delete_removes_the_hermes_session(owner: PhebyClient, demo_hermes
     async with client_for(demo_hermes) as hermes:
         assert await hermes.session_messages(session_id)
         await owner.request("conversation.delete", "conversation.deleted", conversation_id=conversation_id)
+        with pytest.raises(HermesNotFound):
+            await hermes.get_session(session_id)
+
+
+async def test_delete_goes_ahead_when_the_run_can_no_longer_be_cancelled(
+    owner: PhebyClient, live_server: LiveServer, demo_hermes: DemoHermesServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.demo_hermes_server import client_for
+
+    conversation_id = await new_conversation(owner)
+    await run_to_end(owner, conversation_id, "remember me")
+    await owner.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo slow")
+    await owner.expect("message.delta")
+    app = live_server.server.config.app
+    assert isinstance(app, Litestar)
+    services: Services = app.state.services
+
+    async def cannot_interrupt(*_: object) -> None:
+        raise NotFound("The run can no longer be interrupted")
+
+    monkeypatch.setattr(services.runs, "cancel", cannot_interrupt)
+    listing = await owner.request("conversation.list", "conversation.snapshot")
+    session_id = next(c for c in listing["conversations"] if c["conversation_id"] == conversation_id)["session_id"]
+    deleted = await owner.request("conversation.delete", "conversation.deleted", conversation_id=conversation_id)
+    assert deleted["type"] == "conversation.deleted", deleted
+    listing = await owner.request("conversation.list", "conversation.snapshot")
+    assert all(c["conversation_id"] != conversation_id for c in listing["conversations"])
+    async with client_for(demo_hermes) as hermes:
         with pytest.raises(HermesNotFound):
             await hermes.get_session(session_id)
 
