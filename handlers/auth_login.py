@@ -28,8 +28,8 @@ async def login(
     request: Request[Any, Any, Any], data: JSONBody[LoginRequest], services: NamedDependency[Services]
 ) -> Response[LoginResponse]:
     subject = f"{services.authenticator.client_address(request)}|{data.username}"
-    async with services.login_limiter.attempt(subject) as allowed:
-        if not allowed:
+    async with services.login_limiter.one_at_a_time(subject):  # else concurrent guesses all pass the check
+        if await services.login_limiter.is_locked(subject):
             raise RateLimited("Too many failed logins; try again in a minute")
         account = await services.accounts.verify_password(data.username, data.password)
         if account is None:

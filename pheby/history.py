@@ -5,6 +5,7 @@ from typing import Literal
 
 import hermes_client as hc
 from pheby.conversations import input_digest
+from pheby.errors import NotFound
 from pheby.events import HistoryMessage, iso_utc
 from pheby.media_tags import strip_media
 
@@ -46,9 +47,16 @@ def display_messages(messages: Sequence[hc.SessionMessage], original_inputs: dic
 def page(
     messages: list[HistoryMessage], limit: int, before_message_id: str | None
 ) -> tuple[list[HistoryMessage], bool]:
-    """The newest `limit` messages before the (exclusive) cursor, in chronological order."""
+    """The newest `limit` messages before the (exclusive) cursor, in chronological order.
+
+    A cursor that names no message of the transcript is `not_found`: an empty last page would
+    tell the client, wrongly, that it has seen the whole history.
+    """
     end = len(messages)
     if before_message_id is not None:
-        end = next((i for i, m in enumerate(messages) if m.message_id == before_message_id), 0)
+        cursor = next((i for i, m in enumerate(messages) if m.message_id == before_message_id), None)
+        if cursor is None:
+            raise NotFound("before_message_id names no message of this conversation")
+        end = cursor
     start = max(0, end - limit)
     return messages[start:end], start > 0

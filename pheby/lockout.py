@@ -21,10 +21,28 @@ class FailureLimiter:
         self.limit = limit
         self.window = window
         self._clock = clock
-        self._lock = asyncio.Lock()
-        self._in_flight: Counter[str] = Counter()
+        self._turns: dict[str, asyncio.Lock] = {}
+        self._waiting: Counter[str] = Counter()
 
-    async def _failures(self, subject: str) -> int:
+    @asynccontextmanager
+    async def one_at_a_time(self, subject: str) -> AsyncIterator[None]:
+        """Serialize a subject's attempts, so each one sees every failure recorded before it.
+
+        Without this, attempts evaluated concurrently would all pass `is_locked` before any of
+        them recorded its failure: N sockets would get N guesses however low the limit.
+        """
+        lock = self._turns.setdefault(subject, asyncio.Lock())
+        self._waiting[subject] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            self._waiting[subject] -= 1
+            if not self._waiting[subject]:
+                del self._waiting[subject], self._turns[subject]
+
+    async def is_locked(self, subject: str) -> bool:
+        """True once the subject has `limit` failures inside the window."""
         since = self._clock() - self.window
 
         def q(conn: sqlite3.Connection) -> int:
@@ -34,31 +52,7 @@ class FailureLimiter:
             ).fetchone()
             return int(row[0])
 
-        return await self._db.run(q)
-
-    async def is_locked(self, subject: str) -> bool:
-        """True once the subject has `limit` failures inside the window."""
-        return await self._failures(subject) >= self.limit
-
-    @asynccontextmanager
-    async def attempt(self, subject: str) -> AsyncIterator[bool]:
-        """Yield whether an attempt may go ahead; attempts in flight count as failures until they end.
-
-        Checking, then verifying (a slow scrypt), then recording would let twenty concurrent
-        guesses all pass the check; here at most `limit` can be undecided or failed at once.
-        A failed attempt calls `record_failure` before leaving the block.
-        """
-        async with self._lock:
-            allowed = await self._failures(subject) + self._in_flight[subject] < self.limit
-            if allowed:
-                self._in_flight[subject] += 1
-        try:
-            yield allowed
-        finally:
-            if allowed:
-                self._in_flight[subject] -= 1
-                if self._in_flight[subject] <= 0:
-                    del self._in_flight[subject]
+        return await self._db.run(q) >= self.limit
 
     async def record_failure(self, subject: str) -> None:
         now = self._clock()

@@ -10,7 +10,7 @@ import logging
 import secrets
 import time
 import uuid
-from collections import OrderedDict, defaultdict, deque
+from collections import Counter, OrderedDict, defaultdict, deque
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
@@ -126,6 +126,7 @@ class RunManager:
         self._approvals: dict[str, ActiveRun] = {}
         self._clarifications: dict[str, ActiveRun] = {}
         self._last_tools: dict[str, list[ev.ToolState]] = {}
+        self._transitions: Counter[str] = Counter()
 
     # --- queries -------------------------------------------------------------------------
 
@@ -141,6 +142,10 @@ class RunManager:
         approvals = [p.event for p in run.approvals.values()]
         clarifications = [c for _, c in run.clarifications.values()]
         return run.snapshot(), list(run.tools.values()), approvals, clarifications
+
+    def transitions(self, conversation_id: str) -> int:
+        """How often a run of the conversation was accepted or finished; when it moves, so may the transcript."""
+        return self._transitions[conversation_id]
 
     # --- starting ------------------------------------------------------------------------
 
@@ -184,6 +189,7 @@ class RunManager:
             self.release(run)
             self._by_hermes.pop(run.hermes_run_id, None)
             raise
+        self._transitions[conversation.id] += 1
         account_id = run.account.id
         self._hub.broadcast(
             account_id, ev.RunAccepted(conversation_id=conversation.id, run_id=run.run_id, request_id=request_id)
@@ -448,6 +454,7 @@ class RunManager:
             self._resolve_clarify(run, clarify_id, accepted=False, expired=True)
         self._last_tools[run.conversation_id] = list(run.tools.values())
         self.release(run)
+        self._transitions[run.conversation_id] += 1
         self._hub.broadcast(
             run.account.id,
             ev.RunFinished(
@@ -637,6 +644,7 @@ class RunManager:
         run_id = uuid.uuid4().hex
         message_id = f"draft-{run_id}"
         final = strip_media(text)
+        self._transitions[conversation_id] += 1
         for event in (
             ev.RunAccepted(conversation_id=conversation_id, run_id=run_id),
             ev.MessageStart(conversation_id=conversation_id, run_id=run_id, message_id=message_id),

@@ -18,9 +18,12 @@ from pheby.settings import Settings
 
 log = logging.getLogger("pheby.server")
 
-# Above the protocol's 2 MiB frame limit, so a frame just over it is answered with `too_large`
-# on an open connection; only a far larger one is cut off by uvicorn with 1009.
-WS_MAX_SIZE = 4 * 1024 * 1024
+# The hard ceiling of an inbound WebSocket message. The protocol's limit is 2 MiB, and the app
+# answers a frame over it with `too_large` (the connection stays open), but only for frames
+# uvicorn hands over: one over this ceiling is refused from its header, unread, and the
+# connection closed with 1009 (message too big) and no error frame. 16 MiB leaves that close to
+# frames no client sends by mistake; each connection may buffer one message this big.
+WS_MAX_SIZE = 16 * 1024 * 1024
 WS_PING_SECONDS = 30.0
 # Shutdown budget before uvicorn closes the sockets: runs get this long to end (each cancel waits
 # for Hermes to confirm), then every connection this long to flush its send queue.

@@ -3,7 +3,7 @@
 The smoke test (`live`) runs one scenario start to finish in a subprocess on S3 (moto's server)
 against the demo Hermes: the start-up checks pass, `/healthz` answers, a WebSocket chat completes,
 an attachment makes a byte-identical round trip through the bucket, a frame just over 2 MiB gets
-`too_large` while a far larger one is cut off with 1009, and SIGTERM during a streaming run gives the
+`too_large` while one over the 16 MiB ceiling is cut off with 1009, and SIGTERM during a streaming run gives the
 client its `run.finished` (cancelled) before the 1012 close, and the process exits 0; every line it
 logged is a JSON object (`--log-format json`).
 
@@ -160,15 +160,15 @@ async def test_serve_on_s3_chat_attachment_and_graceful_sigterm(served: Served) 
     listed = served.bucket.client.list_objects_v2(Bucket=BUCKET, Prefix="attachments/")
     assert [obj["Size"] for obj in listed.get("Contents", [])] == [len(body)]  # the bytes went to the bucket
 
-    # Just over the protocol's 2 MiB: an error on the open connection. Far over it: uvicorn closes with 1009.
+    # Just over the protocol's 2 MiB: an error on the open connection. Over the ceiling: uvicorn closes with 1009.
     await client.send_raw(json.dumps({"type": "ping", "request_id": "big", "pad": "x" * (2 * MiB)}))
     too_large = await client.expect("error", request_id="big")
     assert too_large["error"]["code"] == "too_large"
     assert (await client.request("ping", "pong"))["type"] == "pong"
     flooder = await PhebyClient.connect(served.ws_url, SECRET)
-    # Only the frame header announcing 5 MiB is needed: uvicorn refuses on the length, before the payload
-    # (and the client need not push 5 MiB into a socket the server is closing).
-    header = bytes([0x81, 0x80 | 127]) + struct.pack("!Q", 5 * MiB) + os.urandom(4)
+    # Only the frame header announcing more than the ceiling is needed: uvicorn refuses on the length,
+    # before the payload (and the client need not push 16 MiB into a socket the server is closing).
+    header = bytes([0x81, 0x80 | 127]) + struct.pack("!Q", WS_MAX_SIZE + 1) + os.urandom(4)
     flooder.ws.transport.write(header + b"x" * 1024)
     assert await flooder.closed(timeout=10) == 1009
 
@@ -284,7 +284,7 @@ def test_serve_without_hermes_url_refuses_with_one_line(tmp_path: Path) -> None:
 def test_uvicorn_settings_of_pheby_serve(make_settings: Callable[..., Settings]) -> None:
     config = build_uvicorn_config(make_settings(hermes_url="http://127.0.0.1:1"))
     assert config.workers == 1
-    assert config.ws_max_size == WS_MAX_SIZE == 4 * MiB  # room above the protocol's 2 MiB for `too_large`
+    assert config.ws_max_size == WS_MAX_SIZE == 16 * MiB  # room above the protocol's 2 MiB for `too_large`
     assert config.ws_ping_interval == 30
     assert config.ws_ping_timeout == 30
 

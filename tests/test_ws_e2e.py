@@ -14,12 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from litestar import Litestar
 from websockets.exceptions import ConnectionClosed
 
 from demo_hermes import DemoHermesServer
 from hermes_client import HermesNotFound
 from pheby.accounts import Accounts, HermesAccountSettings
 from pheby.db import Database
+from pheby.errors import NotFound
+from pheby.services import Services
 from pheby.settings import Settings
 from tests.live_server import LiveServer, hermes_settings
 from tests.ws_client import Frame, PhebyClient
@@ -124,7 +127,17 @@ async def test_hello_ready_ping_and_timestamps(connect: Callable[..., Any], live
     [
         ({"type": "hello", "secret": "wrong-secret", "protocol_version": 1}, "unauthorized"),
         ({"type": "hello", "secret": "SECRET", "protocol_version": 2}, "version_mismatch"),
+        ({"type": "hello", "secret": "SECRET"}, "version_mismatch"),
+        ({"type": "hello", "secret": "SECRET", "protocol_version": "1"}, "version_mismatch"),
+        ({"type": "hello", "secret": "SECRET", "protocol_version": 1.0}, "version_mismatch"),
+        ({"type": "hello", "secret": "SECRET", "protocol_version": True}, "version_mismatch"),
+        ({"type": "hello", "secret": "SECRET", "protocol_version": 2, "client": "v2"}, "version_mismatch"),
+        ({"type": "hello", "secret": "SECRET", "protocol_version": 1, "client": "x"}, "unauthorized"),
+        ({"type": "hello", "protocol_version": 1}, "unauthorized"),
+        ({"type": "hello", "secret": 7, "protocol_version": 1}, "unauthorized"),
         ({"type": "ping"}, "unauthorized"),
+        ({"type": "teleport"}, "unauthorized"),
+        ({"secret": "SECRET", "protocol_version": 1}, "unauthorized"),
     ],
 )
 async def test_failed_hello_is_answered_and_closed(
@@ -138,6 +151,43 @@ async def test_failed_hello_is_answered_and_closed(
     assert error["error"]["code"] == code
     assert error["request_id"] == "h"
     assert await client.closed() is not None
+
+
+@pytest.mark.parametrize(
+    "first_frame",
+    [
+        "{not json",
+        json.dumps(["hello"]),
+        json.dumps({"type": "hello", "secret": "s", "protocol_version": 1, "pad": "x" * (2 * MiB)}),
+    ],
+    ids=["invalid-json", "not-an-object", "too-large"],
+)
+async def test_a_first_frame_that_is_no_hello_is_unauthorized(connect: Callable[..., Any], first_frame: str) -> None:
+    client = await connect(secret=None)
+    await client.send_raw(first_frame)
+    error = await client.expect("error")
+    assert error["error"]["code"] == "unauthorized"
+    assert await client.closed() is not None
+
+
+async def test_every_failed_hello_counts_toward_the_lockout(
+    connect: Callable[..., Any], live_server: LiveServer
+) -> None:
+    for first_frame in (
+        "{not json",
+        json.dumps({"type": "ping"}),
+        json.dumps({"type": "hello", "secret": live_server.secret, "protocol_version": 2}),
+        json.dumps({"type": "hello", "secret": live_server.secret, "protocol_version": 1, "extra": 1}),
+        json.dumps({"type": "hello", "protocol_version": 1}),
+    ):
+        client = await connect(secret=None)
+        await client.send_raw(first_frame)
+        assert (await client.expect("error"))["error"]["code"] in ("unauthorized", "version_mismatch")
+        await client.closed()
+    locked = await connect(secret=None)
+    with contextlib.suppress(ConnectionClosed):  # the refusal may come before the hello is even sent
+        await locked.send("hello", secret=live_server.secret, protocol_version=1)
+    assert (await locked.expect("error"))["error"]["code"] == "rate_limited"
 
 
 async def test_auth_timeout(connect: Callable[..., Any]) -> None:
@@ -159,6 +209,42 @@ async def test_lockout_after_five_failed_hellos(connect: Callable[..., Any], liv
     error = await locked.expect("error")
     assert error["error"]["code"] == "rate_limited"
     assert await locked.closed() is not None
+
+
+async def test_sockets_opened_before_a_lockout_get_no_more_guesses(
+    start_live_server: Callable[[Settings], LiveServer],
+    live_settings: Callable[..., Settings],
+    clients: list[PhebyClient],
+) -> None:
+    server = start_live_server(live_settings(ws_hello_timeout=10.0))
+    early = [await PhebyClient.connect(server.ws_url, None) for _ in range(7)]  # all open before the lockout
+    clients.extend(early)
+    for client in early[:5]:
+        await client.send("hello", secret="wrong-secret-value", protocol_version=1)
+        assert (await client.expect("error"))["error"]["code"] == "unauthorized"
+    await early[5].send("hello", secret="wrong-secret-value", protocol_version=1)
+    assert (await early[5].expect("error"))["error"]["code"] == "rate_limited"  # no sixth guess
+    await early[6].send("hello", secret=server.secret, protocol_version=1, request_id="late")
+    refused = await early[6].expect("error")
+    assert refused["error"]["code"] == "rate_limited"
+    assert refused["request_id"] == "late"
+    assert await early[6].closed() is not None
+    assert early[6].seen("ready") == []
+
+
+async def test_concurrent_hellos_get_no_more_guesses_than_the_limit(
+    start_live_server: Callable[[Settings], LiveServer],
+    live_settings: Callable[..., Settings],
+    clients: list[PhebyClient],
+) -> None:
+    server = start_live_server(live_settings(ws_hello_timeout=10.0))
+    sockets = [await PhebyClient.connect(server.ws_url, None) for _ in range(12)]
+    clients.extend(sockets)
+    await asyncio.gather(
+        *(c.send("hello", secret=f"wrong-secret-{i}", protocol_version=1) for i, c in enumerate(sockets))
+    )
+    codes = [(await c.expect("error"))["error"]["code"] for c in sockets]
+    assert sorted(codes) == ["rate_limited"] * 7 + ["unauthorized"] * 5
 
 
 async def test_forwarded_for_counts_only_from_trusted_proxies(
@@ -218,6 +304,22 @@ async def test_frame_over_two_mib_is_answered_too_large(owner: PhebyClient) -> N
     assert error["error"]["code"] == "too_large"
     assert error["request_id"] == "big"
     assert (await owner.request("ping", "pong"))["type"] == "pong"
+
+
+@pytest.mark.parametrize("size", [5 * MiB, 16 * MiB - 1024])
+async def test_frames_up_to_the_ceiling_are_answered_too_large(owner: PhebyClient, size: int) -> None:
+    frame = json.dumps({"type": "ping", "request_id": "huge", "pad": ""})
+    await owner.send_raw(frame.replace('"pad": ""', f'"pad": "{"x" * (size - len(frame))}"'))
+    error = await owner.expect("error")
+    assert error["error"]["code"] == "too_large"
+    assert error["request_id"] == "huge"
+    assert (await owner.request("ping", "pong"))["type"] == "pong"
+
+
+async def test_frames_over_the_ceiling_close_the_connection_with_1009(owner: PhebyClient) -> None:
+    with contextlib.suppress(ConnectionClosed):
+        await owner.send_raw("x" * (16 * MiB + 1))
+    assert await owner.closed() == 1009
 
 
 async def test_chat_limits(owner: PhebyClient) -> None:
@@ -319,6 +421,34 @@ async def test_delete_removes_the_hermes_session(owner: PhebyClient, demo_hermes
             await hermes.get_session(session_id)
 
 
+async def test_delete_goes_ahead_when_the_run_can_no_longer_be_cancelled(
+    owner: PhebyClient, live_server: LiveServer, demo_hermes: DemoHermesServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.demo_hermes_server import client_for
+
+    conversation_id = await new_conversation(owner)
+    await run_to_end(owner, conversation_id, "remember me")
+    await owner.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo slow")
+    await owner.expect("message.delta")
+    app = live_server.server.config.app
+    assert isinstance(app, Litestar)
+    services: Services = app.state.services
+
+    async def cannot_interrupt(*_: object) -> None:
+        raise NotFound("The run can no longer be interrupted")
+
+    monkeypatch.setattr(services.runs, "cancel", cannot_interrupt)
+    listing = await owner.request("conversation.list", "conversation.snapshot")
+    session_id = next(c for c in listing["conversations"] if c["conversation_id"] == conversation_id)["session_id"]
+    deleted = await owner.request("conversation.delete", "conversation.deleted", conversation_id=conversation_id)
+    assert deleted["type"] == "conversation.deleted", deleted
+    listing = await owner.request("conversation.list", "conversation.snapshot")
+    assert all(c["conversation_id"] != conversation_id for c in listing["conversations"])
+    async with client_for(demo_hermes) as hermes:
+        with pytest.raises(HermesNotFound):
+            await hermes.get_session(session_id)
+
+
 # --- runs ------------------------------------------------------------------------------------
 
 
@@ -372,6 +502,10 @@ async def test_history_pages_and_feeds_the_next_run(owner: PhebyClient) -> None:
     )
     assert [m["text"] for m in older["messages"]][:2] == ["one", "You said: one"]
     assert older["has_more"] is False
+    unknown = await owner.request(
+        "conversation.open", "conversation.history", conversation_id=conversation_id, before_message_id="m999999"
+    )
+    assert unknown["error"]["code"] == "not_found"
     capped = await owner.request(
         "conversation.open", "conversation.history", conversation_id=conversation_id, limit=100000
     )
@@ -573,6 +707,44 @@ async def test_reconnect_mid_run_recovers_the_snapshot(connect: Callable[..., An
     assert delta["text"].startswith(run["text"][: len(run["text"]) - 5])
     await back.send("run.cancel", conversation_id=conversation_id, run_id=run["run_id"])
     await back.expect("run.finished", run_id=run["run_id"])
+
+
+def assert_snapshots_agree_with_the_live_events(frames: list[Frame]) -> int:
+    """A client replaces its state with each snapshot, then applies the events after it, so:
+    a run shown active must finish later, and a run finished earlier is in the snapshot's transcript."""
+    finished_at = {f["run_id"]: i for i, f in enumerate(frames) if f["type"] == "run.finished"}
+    message_of = {f["message_id"]: f["run_id"] for f in frames if f["type"] == "message.start"}
+    answer_of = {message_of[f["message_id"]]: f["text"] for f in frames if f["type"] == "message.complete"}
+    snapshots = [(i, f) for i, f in enumerate(frames) if f["type"] == "conversation.history"]
+    for at, snapshot in snapshots:
+        if snapshot["run"] is not None:
+            run_id = snapshot["run"]["run_id"]
+            assert finished_at.get(run_id, -1) > at, f"snapshot {at} shows run {run_id} active after its run.finished"
+        shown = {m["text"] for m in snapshot["messages"]}
+        for run_id, finished in finished_at.items():
+            if finished < at:
+                assert answer_of[run_id] in shown, f"snapshot {at} lacks the answer of run {run_id}, finished before it"
+    return len(snapshots)
+
+
+async def test_history_snapshots_agree_with_the_live_events(connect: Callable[..., Any]) -> None:
+    sender = await connect()
+    openers = [await connect() for _ in range(3)]
+    conversation_id = await new_conversation(sender)
+    done = asyncio.Event()
+
+    async def keep_opening(client: PhebyClient) -> None:
+        while not done.is_set():
+            await client.request("conversation.open", "conversation.history", conversation_id=conversation_id)
+
+    openings = [asyncio.create_task(keep_opening(client)) for client in openers]
+    for i in range(25):  # short runs: each finishes while some snapshot is being read
+        await run_to_end(sender, conversation_id, f"race {i}")
+    done.set()
+    await asyncio.gather(*openings)
+    for client in openers:
+        await client.request("ping", "pong")  # every run event was queued before this reply
+        assert assert_snapshots_agree_with_the_live_events(client.frames) > 25
 
 
 async def test_reconnect_recovers_a_pending_approval(connect: Callable[..., Any]) -> None:

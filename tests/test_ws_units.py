@@ -1,16 +1,24 @@
-"""Unit tests of the pieces under the WebSocket: redaction, MEDIA: tags, paging, fan-out."""
+"""Unit tests of the pieces under the WebSocket: redaction, MEDIA: tags, paging, fan-out, cancel."""
 
 import asyncio
+import json
+from types import SimpleNamespace
+from typing import Any, cast
 
 import msgspec
 import pytest
 
+from handlers.ws import run_cancel
+from handlers.ws.context import WsContext
 from handlers.ws.registry import DECODER
+from pheby.accounts import Account
+from pheby.errors import NotFound, PhebyError, UpstreamFailure
 from pheby.events import HistoryMessage, Pong
 from pheby.history import page
 from pheby.hub import CLOSE_TRY_AGAIN_LATER, Connection, Hub
 from pheby.media_tags import media_paths, strip_media, visible_draft
 from pheby.redact import REDACTED, redact
+from pheby.services import Services
 
 
 def test_redaction_is_recursive_and_case_insensitive() -> None:
@@ -75,6 +83,12 @@ def test_history_pages_newest_first_with_an_exclusive_cursor() -> None:
     first, more = page(messages, 2, "m2")
     assert [m.message_id for m in first] == ["m1"]
     assert not more
+    assert page(messages, 2, "m1") == ([], False)
+
+
+def test_history_cursor_of_no_message_is_not_found() -> None:
+    with pytest.raises(NotFound):
+        page(_messages(5), 2, "m99")
 
 
 @pytest.mark.anyio
@@ -108,6 +122,46 @@ async def test_slow_connection_is_closed_with_1013_without_delaying_others() -> 
     stuck.set()
     for c in (slow, fast, other):
         await c.drain_and_stop()
+
+
+class _SlowFailingRuns:
+    """A run whose cancel fails only after a while, as when Hermes answers late that it can't stop it."""
+
+    def __init__(self, failure: PhebyError) -> None:
+        self.failure = failure
+
+    def active(self, conversation_id: str) -> Any:
+        return SimpleNamespace(run_id="run-1", account=SimpleNamespace(id="acct"))
+
+    async def cancel(self, account_id: str, conversation_id: str, run_id: str) -> None:
+        await asyncio.sleep(0.8)
+        raise self.failure
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("failure", "code"),
+    [(NotFound("The run can no longer be interrupted"), "not_found"), (UpstreamFailure("no"), "internal_error")],
+)
+async def test_a_late_cancel_failure_is_answered_with_the_request_id(failure: PhebyError, code: str) -> None:
+    frames: list[str] = []
+
+    async def send(frame: str) -> None:
+        frames.append(frame)
+
+    async def close(code: int, reason: str) -> None:
+        pass
+
+    background: set[asyncio.Task[Any]] = set()
+    services = SimpleNamespace(runs=_SlowFailingRuns(failure), background=background.add)
+    connection = Connection("acct", send, close)
+    connection.start()
+    ctx = WsContext(cast(Account, SimpleNamespace(id="acct")), cast(Services, services), connection)
+    await run_cancel.handle(ctx, run_cancel.RunCancel(conversation_id="c1", run_id="run-1", request_id="cancel-1"))
+    await asyncio.wait_for(asyncio.gather(*background), 5)
+    await connection.drain_and_stop()
+    errors = [json.loads(f) for f in frames]
+    assert [(e["type"], e["error"]["code"], e["request_id"]) for e in errors] == [("error", code, "cancel-1")]
 
 
 @pytest.fixture

@@ -1,10 +1,19 @@
-"""`conversation.delete` — deletes the Hermes session(s) and the routing entry."""
+"""`conversation.delete` — deletes the Hermes session(s) and the routing entry.
+
+An active run is cancelled first, best effort: a run Hermes can no longer interrupt (or one whose
+slot is reserved but not yet started) must not keep the conversation from being deleted.
+"""
+
+import logging
 
 import hermes_client as hc
 from handlers.ws.context import WsContext, rid
 from handlers.ws.messages import ClientMessage
 from pheby.errors import Unavailable
 from pheby.events import ConversationDeleted
+from pheby.services import Services
+
+log = logging.getLogger("pheby.ws")
 
 
 class ConversationDelete(ClientMessage, frozen=True, tag="conversation.delete"):
@@ -14,9 +23,7 @@ class ConversationDelete(ClientMessage, frozen=True, tag="conversation.delete"):
 async def handle(ctx: WsContext, msg: ConversationDelete) -> None:
     services = ctx.services
     conversation = await services.conversations.get(ctx.account.id, msg.conversation_id)
-    run = services.runs.active(conversation.id)
-    if run is not None:
-        await services.runs.cancel(ctx.account.id, conversation.id, run.run_id)
+    await _cancel_active_run(services, ctx.account.id, conversation.id)
     client = services.hermes.for_account(ctx.account)
     for session_id in conversation.session_ids:
         try:
@@ -27,3 +34,13 @@ async def handle(ctx: WsContext, msg: ConversationDelete) -> None:
             raise Unavailable("Hermes is unavailable; the conversation was not deleted") from None
     await services.conversations.delete(ctx.account.id, conversation.id)
     ctx.reply(ConversationDeleted(conversation_id=conversation.id, request_id=rid(msg.request_id)))
+
+
+async def _cancel_active_run(services: Services, account_id: str, conversation_id: str) -> None:
+    run = services.runs.active(conversation_id)
+    if run is None:
+        return
+    try:
+        await services.runs.cancel(account_id, conversation_id, run.run_id)
+    except Exception as exc:  # noqa: BLE001 - best effort: the delete goes ahead regardless
+        log.warning("deleting conversation %s: its run %s was not cancelled: %s", conversation_id, run.run_id, exc)
