@@ -53,6 +53,7 @@ def create_demo_app(
     keepalive_seconds: float = 30.0,
     max_concurrent_runs: int = 0,
     cron_tick_seconds: float = 1.0,
+    answer_delay: float = 0.0,
 ) -> Litestar:
     """Build the demo Hermes.
 
@@ -64,6 +65,8 @@ def create_demo_app(
         keepalive_seconds: silence after which a run stream gets a ``: keepalive`` comment.
         max_concurrent_runs: 429 beyond this many active runs; 0 means unlimited.
         cron_tick_seconds: how often due jobs are looked for (Hermes ticks every 60 s).
+        answer_delay: seconds ``POST …/approval`` and ``…/clarify`` wait after handing the answer to the
+            agent before replying, as a busy gateway may: the run's next events reach the stream first.
     """
     state = DemoState(
         api_key=api_key,
@@ -73,6 +76,7 @@ def create_demo_app(
         keepalive_seconds=keepalive_seconds,
         max_concurrent_runs=max_concurrent_runs,
         cron_tick_seconds=cron_tick_seconds,
+        answer_delay=answer_delay,
     )
 
     @contextlib.asynccontextmanager

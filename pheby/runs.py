@@ -12,7 +12,7 @@ import time
 import uuid
 from collections import OrderedDict, defaultdict, deque
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from msgspec import UNSET, UnsetType
 
@@ -66,10 +66,17 @@ def hermes_session_id(conversation: Conversation) -> str:
     return conversation.session_id or f"pheby_{conversation.id}"
 
 
+class ApprovalAnswer(NamedTuple):
+    choice: str
+    request_id: str | UnsetType
+
+
 class PendingApproval:
     def __init__(self, event: ev.ApprovalRequest, pattern_keys: list[str]) -> None:
         self.event = event
         self.pattern_keys = pattern_keys
+        # A client's answer on its way to Hermes: from then on the answer, not the run, resolves it.
+        self.answer: ApprovalAnswer | None = None
 
 
 class ActiveRun:
@@ -329,8 +336,10 @@ class RunManager:
         self._broadcast_tool(run, state)
         if run.approvals and failed:
             # Hermes fails an unanswered approval closed after its own timeout, with no event of its own.
-            for approval_id in list(run.approvals):
-                self._resolve_approval(run, approval_id, "deny", accepted=False)
+            # An approval being answered is left to its responder: the failure may be its own deny.
+            for approval_id, approval in list(run.approvals.items()):
+                if approval.answer is None:
+                    self._resolve_approval(run, approval_id, "deny", accepted=False)
         if event.tool == "clarify":
             # The clarify call ended: a question of the plugin's still pending here went unanswered.
             for clarify_id in list(run.plugin_clarify & run.clarifications.keys()):
@@ -442,8 +451,8 @@ class RunManager:
                 )
                 run.tools[call_id] = ended
                 self._broadcast_tool(run, ended)
-        for approval_id in list(run.approvals):
-            self._resolve_approval(run, approval_id, "deny", accepted=False)
+        for approval_id, pending in list(run.approvals.items()):
+            self._resolve_at_finish(run, approval_id, pending.answer)
         for clarify_id in list(run.clarifications):
             self._resolve_clarify(run, clarify_id, accepted=False, expired=True)
         self._last_tools[run.conversation_id] = list(run.tools.values())
@@ -457,6 +466,13 @@ class RunManager:
                 error=_short(error) if status == "failed" and error else UNSET,
             ),
         )
+
+    def _resolve_at_finish(self, run: ActiveRun, approval_id: str, answer: ApprovalAnswer | None) -> None:
+        """The run ended: an unanswered approval was denied; one being answered keeps its responder's choice."""
+        if answer is None:
+            self._resolve_approval(run, approval_id, "deny", accepted=False)
+        else:
+            self._resolve_approval(run, approval_id, answer.choice, accepted=True, request_id=answer.request_id)
 
     # --- client decisions ----------------------------------------------------------------
 
@@ -483,14 +499,20 @@ class RunManager:
         self, account_id: str, approval_id: str, choice: str, request_id: str | UnsetType
     ) -> None:
         run = self._approvals.get(approval_id)
-        if run is None or run.account.id != account_id or approval_id not in run.approvals:
-            raise ApprovalNotFound()
-        pending = run.approvals[approval_id]
+        pending = run.approvals.get(approval_id) if run is not None and run.account.id == account_id else None
+        if run is None or pending is None or pending.answer is not None:
+            raise ApprovalNotFound()  # unknown, stale, or another client's answer is already on its way
+        pending.answer = ApprovalAnswer(choice, request_id)
         try:
             await run.client.respond_approval(run.hermes_run_id, choice)
         except (hc.HermesNotFound, hc.HermesRejected):
+            if approval_id not in run.approvals:
+                return  # the run ended meanwhile and resolved it with this answer
             self._resolve_approval(run, approval_id, "deny", accepted=False)
             raise ApprovalNotFound() from None
+        except BaseException:
+            pending.answer = None  # Hermes never took it: the approval waits for an answer again
+            raise
         if choice == "session":
             for key in pending.pattern_keys:
                 await self._conversations.approve_pattern(run.conversation_id, key)

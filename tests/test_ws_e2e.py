@@ -463,6 +463,43 @@ async def test_approval_once_and_deny(connect: Callable[..., Any]) -> None:
     assert (await first.expect("message.complete"))["text"].startswith("Denied")
 
 
+async def test_the_responders_answer_resolves_the_approval_when_the_run_moves_first(
+    start_live_server: Callable[[Settings], LiveServer],
+    live_settings: Callable[..., Settings],
+    make_demo_hermes: Callable[..., DemoHermesServer],
+    clients: list[PhebyClient],
+) -> None:
+    # This Hermes replies to an answer only after the run went on: a denied tool fails, an approved run ends.
+    hermes = make_demo_hermes(answer_delay=0.3)
+    server = start_live_server(live_settings(**hermes_settings(hermes)))
+    client = await PhebyClient.connect(server.ws_url, server.secret)
+    clients.append(client)
+    conversation_id = await new_conversation(client)
+    answered: dict[str, tuple[str, bool, str]] = {}
+    for round_ in range(3):
+        for choice in ("deny", "once"):
+            accepted = await client.request(
+                "chat.send", "run.accepted", conversation_id=conversation_id, text="/demo approve"
+            )
+            request = await client.expect("approval.request", run_id=accepted["run_id"])
+            request_id = f"{choice}-{round_}"
+            await client.send(
+                "approval.respond", approval_id=request["approval_id"], choice=choice, request_id=request_id
+            )
+            await client.expect("run.finished", run_id=accepted["run_id"])
+            answered[request["approval_id"]] = (choice, True, request_id)
+    await asyncio.sleep(0.5)  # every answer's reply from Hermes is back
+    resolutions = {
+        approval_id: [
+            (r["choice"], r["accepted"], r.get("request_id"))
+            for r in client.seen("approval.resolved", approval_id=approval_id)
+        ]
+        for approval_id in answered
+    }
+    assert resolutions == {approval_id: [outcome] for approval_id, outcome in answered.items()}
+    assert client.seen("error") == []
+
+
 async def test_session_approval_covers_later_runs_of_the_conversation(owner: PhebyClient) -> None:
     conversation_id = await new_conversation(owner)
     await owner.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo approve")
