@@ -55,12 +55,18 @@ class ToolStarted(_RunEventBase, frozen=True, tag="tool.started"):
 
 
 class ToolCompleted(_RunEventBase, frozen=True, tag="tool.completed"):
-    """A tool call ended; ``error`` is true for a failed, denied or interrupted call."""
+    """A tool call ended; ``error`` is true for a failed, denied or interrupted call.
+
+    Hermes always sends ``duration``; only our plugin may not know it (None). Only the plugin says
+    why a call failed (``error_message``, already truncated) and that it was interrupted (``cancelled``).
+    """
 
     tool: str
-    duration: float
+    duration: float | None
     error: bool
     tool_call_id: str | UnsetType = UNSET
+    error_message: str | UnsetType = UNSET
+    cancelled: bool | UnsetType = UNSET
 
 
 class ReasoningAvailable(_RunEventBase, frozen=True, tag="reasoning.available"):

@@ -323,14 +323,15 @@ class RunManager:
             pending.remove(call_id)
         started = run.tools.get(call_id)
         failed = bool(event.error)
+        status = _tool_outcome(event, cancelling=run.cancel_requested)
         state = ev.ToolState(
             tool_call_id=call_id,
             tool_name=event.tool,
-            status="failed" if failed else "completed",
+            status=status,
             run_id=run.run_id,
             args_redacted=started.args_redacted if started else {},
             duration_ms=round(event.duration * 1000) if event.duration is not None else None,
-            error="Tool failed" if failed else UNSET,
+            error=_short(event.error_message or "Tool failed") if status == "failed" else UNSET,
         )
         run.tools[call_id] = state
         self._broadcast_tool(run, state)
@@ -606,16 +607,23 @@ class RunManager:
         )
 
     def plugin_tool_completed(
-        self, hermes_run_id: str, tool_call_id: str, tool: str, duration_ms: int | None, failed: bool
+        self,
+        hermes_run_id: str,
+        tool_call_id: str,
+        tool: str,
+        duration_ms: int | None,
+        outcome: ev.ToolStatus,
+        error: str | None,
     ) -> None:
         run = self._by_hermes.get(hermes_run_id)
         if run is None or run.merge is None:
             return
-        duration = (duration_ms or 0) / 1000
         run.merge.plugin_completed(
             hc.ToolCompleted(
-                run_id=hermes_run_id, timestamp=time.time(), tool=tool, duration=duration, error=failed,
-                tool_call_id=tool_call_id,
+                run_id=hermes_run_id, timestamp=time.time(), tool=tool,
+                duration=duration_ms / 1000 if duration_ms is not None else None,
+                error=outcome != "completed", tool_call_id=tool_call_id,
+                error_message=error or UNSET, cancelled=outcome == "cancelled",
             )
         )  # fmt: skip
 
@@ -682,6 +690,13 @@ class RunManager:
         for run in runs:
             if run.reader is not None and not run.reader.done():
                 run.reader.cancel()
+
+
+def _tool_outcome(event: hc.ToolCompleted, *, cancelling: bool) -> ev.ToolStatus:
+    """A call that ended with an error while its run was being cancelled was interrupted, not failed."""
+    if not event.error:
+        return "completed"
+    return "cancelled" if event.cancelled is True or cancelling else "failed"
 
 
 def _short(text: str, limit: int = 500) -> str:

@@ -429,6 +429,20 @@ async def test_tool_events_are_structured_and_redacted(owner: PhebyClient) -> No
     assert failing[1]["error"]
 
 
+async def test_a_tool_in_flight_when_the_run_is_cancelled_ends_cancelled(owner: PhebyClient) -> None:
+    conversation_id = await new_conversation(owner)
+    accepted = await owner.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo approve")
+    run_id = accepted["run_id"]
+    await owner.expect("approval.request", run_id=run_id)  # the terminal call waits for a human
+    await owner.send("run.cancel", conversation_id=conversation_id, run_id=run_id)
+    assert (await owner.expect("run.finished", run_id=run_id))["status"] == "cancelled"
+    tools = owner.seen("tool.event", run_id=run_id)
+    assert [t["status"] for t in tools] == ["running", "cancelled"]
+    assert "error" not in tools[1]
+    opened = await owner.request("conversation.open", "conversation.history", conversation_id=conversation_id)
+    assert [t["status"] for t in opened["tools"]] == ["cancelled"]
+
+
 async def test_approval_once_and_deny(connect: Callable[..., Any]) -> None:
     first, second = await connect(), await connect()
     conversation_id = await new_conversation(first)
