@@ -18,6 +18,7 @@ __all__ = [
     "ApprovalRequest",
     "ApprovalResponded",
     "ClarifyRequest",
+    "ClarifyRetired",
     "MessageDelta",
     "ReasoningAvailable",
     "RunCancelled",
@@ -104,6 +105,13 @@ class ClarifyRequest(_RunEventBase, frozen=True, tag="clarify.request"):
     tool_call_id: str | UnsetType = UNSET
 
 
+class ClarifyRetired(_RunEventBase, frozen=True, tag="clarify.retired"):
+    """Newer Hermes: a question stopped waiting, answered or expired (``notice`` says which, for humans)."""
+
+    clarify_id: str
+    notice: str | None = None
+
+
 class Usage(msgspec.Struct, frozen=True):
     input_tokens: int = 0
     output_tokens: int = 0
@@ -133,6 +141,7 @@ RunEvent = (
     | ApprovalRequest
     | ApprovalResponded
     | ClarifyRequest
+    | ClarifyRetired
     | RunCompleted
     | RunFailed
     | RunCancelled

@@ -96,6 +96,7 @@ class ActiveRun:
         self.open_tools: defaultdict[str, deque[str]] = defaultdict(deque)
         self.approvals: dict[str, PendingApproval] = {}
         self.clarifications: dict[str, tuple[str, ev.ClarifyRequest]] = {}
+        self.answering: set[str] = set()  # clarifications whose answer is on its way
         self.finished = asyncio.Event()
         self.cancel_requested = False
         self.reader: asyncio.Task[None] | None = None
@@ -105,7 +106,6 @@ class ActiveRun:
         self.media_done = asyncio.Event()
         self.media_fallback = False
         self.plugin_clarify: set[str] = set()
-        self.answering: set[str] = set()
 
     def snapshot(self) -> ev.RunSnapshot:
         return ev.RunSnapshot(run_id=self.run_id, status=self.status, message_id=self.message_id, text=self.draft)
@@ -292,6 +292,8 @@ class RunManager:
                 await self._approval_requested(run, event)
             case hc.ClarifyRequest():
                 self._clarify_requested(run, event)
+            case hc.ClarifyRetired(clarify_id=hermes_clarify_id):
+                self._clarify_retired(run, hermes_clarify_id, by_plugin=False)
             case hc.RunCompleted(output=output):
                 await self._complete(run, output)
             case hc.RunFailed(error=error):
@@ -401,6 +403,13 @@ class RunManager:
         run.status = "waiting_for_clarification"
         self._hub.broadcast(run.account.id, clarify)
         return clarify.clarify_id
+
+    def _clarify_retired(self, run: ActiveRun, held_id: str, *, by_plugin: bool) -> None:
+        """Hermes (or the plugin) stopped waiting for an answer: unless a client's answer is on its way
+        (its reply resolves it), the question expired."""
+        for clarify_id, (held, _) in list(run.clarifications.items()):
+            if held == held_id and (clarify_id in run.plugin_clarify) == by_plugin and clarify_id not in run.answering:
+                self._resolve_clarify(run, clarify_id, accepted=False, expired=True)
 
     async def _complete(self, run: ActiveRun, output: str) -> None:
         if run.merge is not None:
@@ -544,30 +553,28 @@ class RunManager:
         run = self._clarifications.get(clarify_id)
         if run is None or run.account.id != account_id or clarify_id not in run.clarifications:
             raise ClarifyNotFound()
-        hermes_clarify_id, _ = run.clarifications[clarify_id]
-        if clarify_id in run.plugin_clarify and self._plugin is not None:
-            await self._answer_plugin_clarify(run, clarify_id, hermes_clarify_id, response, request_id)
-            return
+        if clarify_id in run.answering:
+            raise ClarifyNotFound()  # another client's answer is already on its way
+        held_id, _ = run.clarifications[clarify_id]
+        run.answering.add(clarify_id)  # the question may be retired before the answer's reply is back
         try:
-            await run.client.respond_clarify(run.hermes_run_id, hermes_clarify_id, response)
-        except (hc.HermesNotFound, hc.HermesRejected):
-            self._resolve_clarify(run, clarify_id, accepted=False, expired=True)
-            raise ClarifyNotFound() from None
-        self._resolve_clarify(run, clarify_id, accepted=True, request_id=request_id)
-
-    async def _answer_plugin_clarify(
-        self, run: ActiveRun, clarify_id: str, plugin_clarify_id: str, response: str, request_id: str | UnsetType
-    ) -> None:
-        assert self._plugin is not None
-        run.answering.add(clarify_id)
-        try:
-            answered = await self._plugin.answer_clarify(plugin_clarify_id, response)
+            answered = await self._answer_clarify(run, clarify_id, held_id, response)
         finally:
             run.answering.discard(clarify_id)
         if not answered:
             self._resolve_clarify(run, clarify_id, accepted=False, expired=True)
             raise ClarifyNotFound()
         self._resolve_clarify(run, clarify_id, accepted=True, request_id=request_id)
+
+    async def _answer_clarify(self, run: ActiveRun, clarify_id: str, held_id: str, response: str) -> bool:
+        """Hand the answer to whoever holds the question (the plugin or Hermes); False if it no longer waits."""
+        if clarify_id in run.plugin_clarify and self._plugin is not None:
+            return await self._plugin.answer_clarify(held_id, response)
+        try:
+            await run.client.respond_clarify(run.hermes_run_id, held_id, response)
+        except (hc.HermesNotFound, hc.HermesRejected):
+            return False
+        return True
 
     def _resolve_clarify(
         self,
@@ -649,11 +656,8 @@ class RunManager:
 
     def plugin_clarify_expired(self, hermes_run_id: str, plugin_clarify_id: str) -> None:
         run = self._by_hermes.get(hermes_run_id)
-        if run is None:
-            return
-        for clarify_id, (held_id, _) in list(run.clarifications.items()):
-            if held_id == plugin_clarify_id and clarify_id in run.plugin_clarify:
-                self._resolve_clarify(run, clarify_id, accepted=False, expired=True)
+        if run is not None:
+            self._clarify_retired(run, plugin_clarify_id, by_plugin=True)
 
     def plugin_media_done(self, hermes_run_id: str) -> None:
         run = self.plugin_run(hermes_run_id)

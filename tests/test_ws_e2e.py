@@ -549,6 +549,45 @@ async def test_clarify(connect: Callable[..., Any]) -> None:
     assert stale["error"]["code"] == "clarify_not_found"
 
 
+async def test_retired_clarifications_resolve_once_while_the_run_goes_on(
+    start_live_server: Callable[[Settings], LiveServer],
+    live_settings: Callable[..., Settings],
+    make_demo_hermes: Callable[..., DemoHermesServer],
+    clients: list[PhebyClient],
+) -> None:
+    from tests.demo_hermes_server import client_for
+
+    # Hermes retires a question when it is answered (and replies to the answer after that) or expires.
+    hermes = make_demo_hermes(answer_delay=0.3, delta_delay=0.2)
+    async with client_for(hermes) as hermes_client:
+        await hermes_client.put_config({"approvals": {"timeout": 0.5}})
+    server = start_live_server(live_settings(**hermes_settings(hermes)))
+    client = await PhebyClient.connect(server.ws_url, server.secret)
+    clients.append(client)
+    conversation_id = await new_conversation(client)
+
+    await client.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo clarify")
+    answered = await client.expect("clarify.request")
+    await client.send("clarify.respond", clarify_id=answered["clarify_id"], response="staging", request_id="c-1")
+    await client.expect("run.finished", run_id=answered["run_id"])
+    resolved = client.seen("clarify.resolved", clarify_id=answered["clarify_id"])
+    assert [(r["accepted"], r.get("request_id")) for r in resolved] == [(True, "c-1")]
+
+    await client.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo clarify")
+    unanswered = await client.expect("clarify.request")
+    expired = await client.expect("clarify.resolved", clarify_id=unanswered["clarify_id"])
+    assert (expired["accepted"], expired["expired"], "request_id" in expired) == (False, True, False)
+    opened = await client.request("conversation.open", "conversation.history", conversation_id=conversation_id)
+    assert opened["run"]["run_id"] == unanswered["run_id"]  # the run goes on without the question
+    assert opened["clarifications"] == []
+    await client.expect("run.finished", run_id=unanswered["run_id"])
+    assert len(client.seen("clarify.resolved", clarify_id=unanswered["clarify_id"])) == 1
+    stale = await client.request(
+        "clarify.respond", "clarify.resolved", clarify_id=unanswered["clarify_id"], response="x"
+    )
+    assert stale["error"]["code"] == "clarify_not_found"
+
+
 async def test_yolo_is_per_conversation_and_survives_restart(
     start_live_server: Callable[[Settings], LiveServer],
     live_settings: Callable[..., Settings],
