@@ -59,7 +59,7 @@ def create_demo_app(
 
     Args:
         api_key: the bearer key every gateway route requires (like ``API_SERVER_KEY``).
-        media_dir: where ``/demo image`` and ``/demo document`` write the files they deliver.
+        media_dir: where ``/demo image``, ``/demo document`` and ``/demo files`` write the files they deliver.
         dashboard_token: the dashboard session token; defaults to ``api_key``.
         delta_delay: seconds between streamed text deltas (``/demo slow`` always uses 50 ms).
         keepalive_seconds: silence after which a run stream gets a ``: keepalive`` comment.

@@ -1,6 +1,7 @@
 """The long-lived resources of one server process, built in the app lifespan."""
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
@@ -13,6 +14,7 @@ from pheby.changes import ChangeFeed
 from pheby.conversation_settings import ConversationSettings
 from pheby.conversations import Conversations
 from pheby.db import Database
+from pheby.errors import PhebyError
 from pheby.events import AttachmentAdded
 from pheby.hermes_pool import HermesClients
 from pheby.hub import Hub
@@ -26,6 +28,8 @@ from pheby.settings import Settings
 from pheby.task_owners import TaskOwners
 from pheby.tasks import Tasks
 from storage import BlobStore, open_blob_store
+
+log = logging.getLogger("pheby.services")
 
 
 class Services:
@@ -69,11 +73,21 @@ class Services:
         self._background: set[asyncio.Task[Any]] = set()
 
     async def _deliver_media(self, run: ActiveRun, paths: list[str]) -> None:
-        """Copy a run's `MEDIA:` files into storage and announce each to the account's clients."""
+        """Copy a run's `MEDIA:` files into storage and announce each to the account's clients.
+
+        A file that can't be stored (empty, grown past the limit, a storage error) is skipped alone.
+        """
         for path in paths:
-            attachment = await self.attachments.store_deliverable(
-                run.account.id, run.conversation_id, run.message_id, path
-            )
+            try:
+                attachment = await self.attachments.store_deliverable(
+                    run.account.id, run.conversation_id, run.message_id, path
+                )
+            except PhebyError as exc:
+                log.warning("MEDIA: file not stored (%s)", exc.message)
+                continue
+            except Exception:
+                log.exception("MEDIA: file could not be stored")
+                continue
             if attachment is not None:
                 self.hub.broadcast(
                     run.account.id,
