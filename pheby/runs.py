@@ -43,8 +43,17 @@ PLUGIN_TOOL_WINDOW_SECONDS = 2.5
 PLUGIN_MEDIA_WAIT_SECONDS = 5.0
 RECENT_RUNS = 256
 
+
+class AssistantTurn(NamedTuple):
+    """The assistant turn a run's (or a pushed output's) MEDIA: files belong to."""
+
+    account_id: str
+    conversation_id: str
+    message_id: str
+
+
 HermesFor = Callable[[Account], hc.HermesClient]
-DeliverMedia = Callable[["ActiveRun", list[str]], Awaitable[None]]
+DeliverMedia = Callable[[AssistantTurn, list[str]], Awaitable[None]]
 
 
 class RunPlugin(Protocol):
@@ -106,6 +115,10 @@ class ActiveRun:
         self.media_done = asyncio.Event()
         self.media_fallback = False
         self.plugin_clarify: set[str] = set()
+
+    @property
+    def turn(self) -> AssistantTurn:
+        return AssistantTurn(self.account.id, self.conversation_id, self.message_id)
 
     def snapshot(self) -> ev.RunSnapshot:
         return ev.RunSnapshot(run_id=self.run_id, status=self.status, message_id=self.message_id, text=self.draft)
@@ -422,7 +435,7 @@ class RunManager:
             ev.MessageComplete(conversation_id=run.conversation_id, message_id=run.message_id, text=final),
         )
         if paths and not (run.extras.media and await self._plugin_media_arrived(run)):
-            await self._media_from_disk(run, paths)
+            await self._media_from_disk(run.turn, paths)
         self._finish(run, "completed")
 
     async def _plugin_media_arrived(self, run: ActiveRun) -> bool:
@@ -435,13 +448,13 @@ class RunManager:
             return False
         return True
 
-    async def _media_from_disk(self, run: ActiveRun, paths: list[str]) -> None:
-        if self._deliver_media is None:
+    async def _media_from_disk(self, turn: AssistantTurn, paths: list[str]) -> None:
+        if self._deliver_media is None or not paths:
             return
         try:
-            await self._deliver_media(run, paths)
+            await self._deliver_media(turn, paths)
         except Exception:
-            log.exception("delivering MEDIA: files of run %s failed", run.run_id)
+            log.exception("delivering the MEDIA: files of %s failed", turn.message_id)
 
     def _finish(self, run: ActiveRun, status: ev.RunStatus, error: str | None = None) -> None:
         """Emit the run's one `run.finished` and clear its state."""
@@ -666,18 +679,21 @@ class RunManager:
 
     # --- unsolicited output and shutdown -------------------------------------------------
 
-    def push_unsolicited(self, account_id: str, conversation_id: str, text: str) -> str:
-        """Emit a finished turn that no client asked for (a cron run's output)."""
+    async def push_unsolicited(self, account_id: str, conversation_id: str, text: str) -> str:
+        """Emit a finished turn that no client asked for (a cron run's output); its MEDIA: files are
+        stored and announced as the turn's deliverables, like a run's."""
         run_id = uuid.uuid4().hex
-        message_id = f"draft-{run_id}"
-        final = strip_media(text)
+        turn = AssistantTurn(account_id, conversation_id, f"draft-{run_id}")
         for event in (
             ev.RunAccepted(conversation_id=conversation_id, run_id=run_id),
-            ev.MessageStart(conversation_id=conversation_id, run_id=run_id, message_id=message_id),
-            ev.MessageComplete(conversation_id=conversation_id, message_id=message_id, text=final),
-            ev.RunFinished(conversation_id=conversation_id, run_id=run_id, status="completed"),
+            ev.MessageStart(conversation_id=conversation_id, run_id=run_id, message_id=turn.message_id),
+            ev.MessageComplete(conversation_id=conversation_id, message_id=turn.message_id, text=strip_media(text)),
         ):
             self._hub.broadcast(account_id, event)
+        await self._media_from_disk(turn, media_paths(text))
+        self._hub.broadcast(
+            account_id, ev.RunFinished(conversation_id=conversation_id, run_id=run_id, status="completed")
+        )
         return run_id
 
     async def shutdown(self) -> None:

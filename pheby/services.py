@@ -23,7 +23,7 @@ from pheby.memory import MemoryFiles
 from pheby.models import ModelChoices
 from pheby.plugin_events import PluginEvents
 from pheby.plugin_link import PluginLink
-from pheby.runs import ActiveRun, RunManager
+from pheby.runs import AssistantTurn, RunManager
 from pheby.settings import Settings
 from pheby.task_owners import TaskOwners
 from pheby.tasks import Tasks
@@ -72,15 +72,15 @@ class Services:
         )
         self._background: set[asyncio.Task[Any]] = set()
 
-    async def _deliver_media(self, run: ActiveRun, paths: list[str]) -> None:
-        """Copy a run's `MEDIA:` files into storage and announce each to the account's clients.
+    async def _deliver_media(self, turn: AssistantTurn, paths: list[str]) -> None:
+        """Copy a turn's `MEDIA:` files into storage and announce each to the account's clients.
 
         A file that can't be stored (empty, grown past the limit, a storage error) is skipped alone.
         """
         for path in paths:
             try:
                 attachment = await self.attachments.store_deliverable(
-                    run.account.id, run.conversation_id, run.message_id, path
+                    turn.account_id, turn.conversation_id, turn.message_id, path
                 )
             except PhebyError as exc:
                 log.warning("MEDIA: file not stored (%s)", exc.message)
@@ -90,8 +90,8 @@ class Services:
                 continue
             if attachment is not None:
                 self.hub.broadcast(
-                    run.account.id,
-                    AttachmentAdded(conversation_id=run.conversation_id, attachment=pheby_descriptor(attachment)),
+                    turn.account_id,
+                    AttachmentAdded(conversation_id=turn.conversation_id, attachment=pheby_descriptor(attachment)),
                 )
 
     def background(self, task: asyncio.Task[Any]) -> None:
