@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Final
 
 from demo_hermes.echo import EchoReply, format_echo_reply
-from demo_hermes.media import write_demo_document, write_demo_png
+from demo_hermes.media import write_demo_document, write_demo_png, write_empty_file
 from demo_hermes.turn import Turn
 
 __all__ = [
@@ -94,6 +94,12 @@ async def _document(turn: Turn) -> None:
     await turn.say(f"Here is the report you asked for.\nMEDIA:{path}")
 
 
+async def _files(turn: Turn) -> None:
+    """Three files in one reply, the first of them empty."""
+    paths = [write(turn.settings.media_dir) for write in (write_empty_file, write_demo_png, write_demo_document)]
+    await turn.say("Here are your files.\n" + "\n".join(f"MEDIA:{path}" for path in paths))
+
+
 async def _slow(turn: Turn) -> None:
     ticks = [f"tick {i} " for i in range(SLOW_DELTAS)]
     await turn.say("".join(ticks), chunks=ticks, delay=SLOW_DELAY)
@@ -122,6 +128,7 @@ _DIRECTIVES: Final[dict[str, Callable[[Turn], Awaitable[None]]]] = {
     "clarify": _clarify,
     "image": _image,
     "document": _document,
+    "files": _files,
     "slow": _slow,
     "fail": _fail,
     "echo": _echo,

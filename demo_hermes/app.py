@@ -53,17 +53,20 @@ def create_demo_app(
     keepalive_seconds: float = 30.0,
     max_concurrent_runs: int = 0,
     cron_tick_seconds: float = 1.0,
+    answer_delay: float = 0.0,
 ) -> Litestar:
     """Build the demo Hermes.
 
     Args:
         api_key: the bearer key every gateway route requires (like ``API_SERVER_KEY``).
-        media_dir: where ``/demo image`` and ``/demo document`` write the files they deliver.
+        media_dir: where ``/demo image``, ``/demo document`` and ``/demo files`` write the files they deliver.
         dashboard_token: the dashboard session token; defaults to ``api_key``.
         delta_delay: seconds between streamed text deltas (``/demo slow`` always uses 50 ms).
         keepalive_seconds: silence after which a run stream gets a ``: keepalive`` comment.
         max_concurrent_runs: 429 beyond this many active runs; 0 means unlimited.
         cron_tick_seconds: how often due jobs are looked for (Hermes ticks every 60 s).
+        answer_delay: seconds ``POST …/approval`` and ``…/clarify`` wait after handing the answer to the
+            agent before replying, as a busy gateway may: the run's next events reach the stream first.
     """
     state = DemoState(
         api_key=api_key,
@@ -73,6 +76,7 @@ def create_demo_app(
         keepalive_seconds=keepalive_seconds,
         max_concurrent_runs=max_concurrent_runs,
         cron_tick_seconds=cron_tick_seconds,
+        answer_delay=answer_delay,
     )
 
     @contextlib.asynccontextmanager

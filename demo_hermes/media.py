@@ -5,7 +5,7 @@ import struct
 import zlib
 from pathlib import Path
 
-__all__ = ["write_demo_document", "write_demo_png"]
+__all__ = ["write_demo_document", "write_demo_png", "write_empty_file"]
 
 PNG_SIZE = 16
 
@@ -37,6 +37,13 @@ def _new_path(media_dir: Path, stem: str, suffix: str) -> Path:
 def write_demo_png(media_dir: Path) -> Path:
     path = _new_path(media_dir, "demo-image", ".png")
     path.write_bytes(png_bytes())
+    return path
+
+
+def write_empty_file(media_dir: Path) -> Path:
+    """A file with nothing in it: a deliverable that can't be stored."""
+    path = _new_path(media_dir, "demo-empty", ".txt")
+    path.write_bytes(b"")
     return path
 
 

@@ -38,6 +38,7 @@ class DemoHermesServer:
         keepalive_seconds: float = 30.0,
         max_concurrent_runs: int = 0,
         cron_tick_seconds: float = 1.0,
+        answer_delay: float = 0.0,
     ) -> None:
         self.api_key = api_key or new_api_key()
         self.dashboard_token = dashboard_token or new_api_key()
@@ -51,6 +52,7 @@ class DemoHermesServer:
             keepalive_seconds=keepalive_seconds,
             max_concurrent_runs=max_concurrent_runs,
             cron_tick_seconds=cron_tick_seconds,
+            answer_delay=answer_delay,
         )
         self._socket: socket.socket | None = None
         self._server: uvicorn.Server | None = None

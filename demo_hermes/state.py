@@ -26,6 +26,7 @@ class DemoState:
     keepalive_seconds: float = 30.0
     max_concurrent_runs: int = 0  # 0 = unlimited, as in Hermes's config
     cron_tick_seconds: float = 1.0
+    answer_delay: float = 0.0
     sessions: SessionStore = field(default_factory=SessionStore)
     runs: RunRegistry = field(default_factory=RunRegistry)
     jobs: JobStore = field(default_factory=JobStore)

@@ -18,6 +18,7 @@ __all__ = [
     "ApprovalRequest",
     "ApprovalResponded",
     "ClarifyRequest",
+    "ClarifyRetired",
     "MessageDelta",
     "ReasoningAvailable",
     "RunCancelled",
@@ -55,12 +56,18 @@ class ToolStarted(_RunEventBase, frozen=True, tag="tool.started"):
 
 
 class ToolCompleted(_RunEventBase, frozen=True, tag="tool.completed"):
-    """A tool call ended; ``error`` is true for a failed, denied or interrupted call."""
+    """A tool call ended; ``error`` is true for a failed, denied or interrupted call.
+
+    Hermes always sends ``duration``; only our plugin may not know it (None). Only the plugin says
+    why a call failed (``error_message``, already truncated) and that it was interrupted (``cancelled``).
+    """
 
     tool: str
-    duration: float
+    duration: float | None
     error: bool
     tool_call_id: str | UnsetType = UNSET
+    error_message: str | UnsetType = UNSET
+    cancelled: bool | UnsetType = UNSET
 
 
 class ReasoningAvailable(_RunEventBase, frozen=True, tag="reasoning.available"):
@@ -98,6 +105,13 @@ class ClarifyRequest(_RunEventBase, frozen=True, tag="clarify.request"):
     tool_call_id: str | UnsetType = UNSET
 
 
+class ClarifyRetired(_RunEventBase, frozen=True, tag="clarify.retired"):
+    """Newer Hermes: a question stopped waiting, answered or expired (``notice`` says which, for humans)."""
+
+    clarify_id: str
+    notice: str | None = None
+
+
 class Usage(msgspec.Struct, frozen=True):
     input_tokens: int = 0
     output_tokens: int = 0
@@ -127,6 +141,7 @@ RunEvent = (
     | ApprovalRequest
     | ApprovalResponded
     | ClarifyRequest
+    | ClarifyRetired
     | RunCompleted
     | RunFailed
     | RunCancelled

@@ -35,4 +35,4 @@ async def file_cron_output(
     await conversations.touch(conversation.id)
     if created:
         hub.broadcast(account.id, ConversationUpdated(conversation_id=conversation.id, name=conversation.name))
-    runs.push_unsolicited(account.id, conversation.id, text)
+    await runs.push_unsolicited(account.id, conversation.id, text)

@@ -18,7 +18,7 @@ from pheby.attachments import Attachments, pheby_descriptor
 from pheby.conversations import Conversations
 from pheby.cron_delivery import file_cron_output, worth_delivering
 from pheby.errors import Conflict, Forbidden, NotFound, Unauthorized
-from pheby.events import AttachmentAdded
+from pheby.events import AttachmentAdded, ToolStatus
 from pheby.hermes_pool import HermesClients
 from pheby.hub import Hub
 from pheby.plugin_link import PluginLink
@@ -27,6 +27,8 @@ from pheby.task_owners import TaskOwners
 
 SECRET_HEADER: Final = "x-pheby-plugin-secret"  # noqa: S105 - a header name, not a secret
 PROXY_HEADERS: Final = ("forwarded", "x-forwarded-for")
+# Statuses of Hermes's post_tool_call hook for a call that was stopped rather than failing on its own.
+INTERRUPTED_STATUSES: Final = frozenset({"cancelled", "canceled", "interrupted"})
 
 
 class _Push(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, tag_field="event"):
@@ -86,6 +88,13 @@ class CronOutput(_Push, frozen=True, tag="cron.output"):
     text: str
 
 
+def _tool_status(plugin_status: str) -> ToolStatus:
+    """The tool.event status for the status word of Hermes's post_tool_call hook."""
+    if plugin_status == "ok":
+        return "completed"
+    return "cancelled" if plugin_status.lower() in INTERRUPTED_STATUSES else "failed"
+
+
 Push = PluginHello | ToolStart | ToolEnd | ClarifyAsked | ClarifyExpired | MediaDone | CronOutput
 PUSH_DECODER: Final = msgspec.json.Decoder(Push)
 
@@ -130,8 +139,9 @@ class PluginEvents:
             case ToolStart():
                 runs.plugin_tool_started(push.run_id, push.tool_call_id, push.tool, push.args)
             case ToolEnd():
-                failed = push.status != "ok"
-                runs.plugin_tool_completed(push.run_id, push.tool_call_id, push.tool, push.duration_ms, failed)
+                runs.plugin_tool_completed(
+                    push.run_id, push.tool_call_id, push.tool, push.duration_ms, _tool_status(push.status), push.error
+                )
             case ClarifyAsked():
                 accepted = runs.plugin_clarify_requested(push.run_id, push.clarify_id, push.question, push.choices)
                 return {"accepted": accepted}

@@ -12,7 +12,7 @@ import time
 import uuid
 from collections import Counter, OrderedDict, defaultdict, deque
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from msgspec import UNSET, UnsetType
 
@@ -43,8 +43,17 @@ PLUGIN_TOOL_WINDOW_SECONDS = 2.5
 PLUGIN_MEDIA_WAIT_SECONDS = 5.0
 RECENT_RUNS = 256
 
+
+class AssistantTurn(NamedTuple):
+    """The assistant turn a run's (or a pushed output's) MEDIA: files belong to."""
+
+    account_id: str
+    conversation_id: str
+    message_id: str
+
+
 HermesFor = Callable[[Account], hc.HermesClient]
-DeliverMedia = Callable[["ActiveRun", list[str]], Awaitable[None]]
+DeliverMedia = Callable[[AssistantTurn, list[str]], Awaitable[None]]
 
 
 class RunPlugin(Protocol):
@@ -66,10 +75,17 @@ def hermes_session_id(conversation: Conversation) -> str:
     return conversation.session_id or f"pheby_{conversation.id}"
 
 
+class ApprovalAnswer(NamedTuple):
+    choice: str
+    request_id: str | UnsetType
+
+
 class PendingApproval:
     def __init__(self, event: ev.ApprovalRequest, pattern_keys: list[str]) -> None:
         self.event = event
         self.pattern_keys = pattern_keys
+        # A client's answer on its way to Hermes: from then on the answer, not the run, resolves it.
+        self.answer: ApprovalAnswer | None = None
 
 
 class ActiveRun:
@@ -89,6 +105,7 @@ class ActiveRun:
         self.open_tools: defaultdict[str, deque[str]] = defaultdict(deque)
         self.approvals: dict[str, PendingApproval] = {}
         self.clarifications: dict[str, tuple[str, ev.ClarifyRequest]] = {}
+        self.answering: set[str] = set()  # clarifications whose answer is on its way
         self.finished = asyncio.Event()
         self.cancel_requested = False
         self.reader: asyncio.Task[None] | None = None
@@ -98,7 +115,10 @@ class ActiveRun:
         self.media_done = asyncio.Event()
         self.media_fallback = False
         self.plugin_clarify: set[str] = set()
-        self.answering: set[str] = set()
+
+    @property
+    def turn(self) -> AssistantTurn:
+        return AssistantTurn(self.account.id, self.conversation_id, self.message_id)
 
     def snapshot(self) -> ev.RunSnapshot:
         return ev.RunSnapshot(run_id=self.run_id, status=self.status, message_id=self.message_id, text=self.draft)
@@ -291,6 +311,8 @@ class RunManager:
                 await self._approval_requested(run, event)
             case hc.ClarifyRequest():
                 self._clarify_requested(run, event)
+            case hc.ClarifyRetired(clarify_id=hermes_clarify_id):
+                self._clarify_retired(run, hermes_clarify_id, by_plugin=False)
             case hc.RunCompleted(output=output):
                 await self._complete(run, output)
             case hc.RunFailed(error=error):
@@ -322,21 +344,24 @@ class RunManager:
             pending.remove(call_id)
         started = run.tools.get(call_id)
         failed = bool(event.error)
+        status = _tool_outcome(event, cancelling=run.cancel_requested)
         state = ev.ToolState(
             tool_call_id=call_id,
             tool_name=event.tool,
-            status="failed" if failed else "completed",
+            status=status,
             run_id=run.run_id,
             args_redacted=started.args_redacted if started else {},
             duration_ms=round(event.duration * 1000) if event.duration is not None else None,
-            error="Tool failed" if failed else UNSET,
+            error=_short(event.error_message or "Tool failed") if status == "failed" else UNSET,
         )
         run.tools[call_id] = state
         self._broadcast_tool(run, state)
         if run.approvals and failed:
             # Hermes fails an unanswered approval closed after its own timeout, with no event of its own.
-            for approval_id in list(run.approvals):
-                self._resolve_approval(run, approval_id, "deny", accepted=False)
+            # An approval being answered is left to its responder: the failure may be its own deny.
+            for approval_id, approval in list(run.approvals.items()):
+                if approval.answer is None:
+                    self._resolve_approval(run, approval_id, "deny", accepted=False)
         if event.tool == "clarify":
             # The clarify call ended: a question of the plugin's still pending here went unanswered.
             for clarify_id in list(run.plugin_clarify & run.clarifications.keys()):
@@ -398,6 +423,13 @@ class RunManager:
         self._hub.broadcast(run.account.id, clarify)
         return clarify.clarify_id
 
+    def _clarify_retired(self, run: ActiveRun, held_id: str, *, by_plugin: bool) -> None:
+        """Hermes (or the plugin) stopped waiting for an answer: unless a client's answer is on its way
+        (its reply resolves it), the question expired."""
+        for clarify_id, (held, _) in list(run.clarifications.items()):
+            if held == held_id and (clarify_id in run.plugin_clarify) == by_plugin and clarify_id not in run.answering:
+                self._resolve_clarify(run, clarify_id, accepted=False, expired=True)
+
     async def _complete(self, run: ActiveRun, output: str) -> None:
         if run.merge is not None:
             run.merge.flush()
@@ -409,7 +441,7 @@ class RunManager:
             ev.MessageComplete(conversation_id=run.conversation_id, message_id=run.message_id, text=final),
         )
         if paths and not (run.extras.media and await self._plugin_media_arrived(run)):
-            await self._media_from_disk(run, paths)
+            await self._media_from_disk(run.turn, paths)
         self._finish(run, "completed")
 
     async def _plugin_media_arrived(self, run: ActiveRun) -> bool:
@@ -422,13 +454,13 @@ class RunManager:
             return False
         return True
 
-    async def _media_from_disk(self, run: ActiveRun, paths: list[str]) -> None:
-        if self._deliver_media is None:
+    async def _media_from_disk(self, turn: AssistantTurn, paths: list[str]) -> None:
+        if self._deliver_media is None or not paths:
             return
         try:
-            await self._deliver_media(run, paths)
+            await self._deliver_media(turn, paths)
         except Exception:
-            log.exception("delivering MEDIA: files of run %s failed", run.run_id)
+            log.exception("delivering the MEDIA: files of %s failed", turn.message_id)
 
     def _finish(self, run: ActiveRun, status: ev.RunStatus, error: str | None = None) -> None:
         """Emit the run's one `run.finished` and clear its state."""
@@ -448,8 +480,8 @@ class RunManager:
                 )
                 run.tools[call_id] = ended
                 self._broadcast_tool(run, ended)
-        for approval_id in list(run.approvals):
-            self._resolve_approval(run, approval_id, "deny", accepted=False)
+        for approval_id, pending in list(run.approvals.items()):
+            self._resolve_at_finish(run, approval_id, pending.answer)
         for clarify_id in list(run.clarifications):
             self._resolve_clarify(run, clarify_id, accepted=False, expired=True)
         self._last_tools[run.conversation_id] = list(run.tools.values())
@@ -464,6 +496,13 @@ class RunManager:
                 error=_short(error) if status == "failed" and error else UNSET,
             ),
         )
+
+    def _resolve_at_finish(self, run: ActiveRun, approval_id: str, answer: ApprovalAnswer | None) -> None:
+        """The run ended: an unanswered approval was denied; one being answered keeps its responder's choice."""
+        if answer is None:
+            self._resolve_approval(run, approval_id, "deny", accepted=False)
+        else:
+            self._resolve_approval(run, approval_id, answer.choice, accepted=True, request_id=answer.request_id)
 
     # --- client decisions ----------------------------------------------------------------
 
@@ -490,14 +529,20 @@ class RunManager:
         self, account_id: str, approval_id: str, choice: str, request_id: str | UnsetType
     ) -> None:
         run = self._approvals.get(approval_id)
-        if run is None or run.account.id != account_id or approval_id not in run.approvals:
-            raise ApprovalNotFound()
-        pending = run.approvals[approval_id]
+        pending = run.approvals.get(approval_id) if run is not None and run.account.id == account_id else None
+        if run is None or pending is None or pending.answer is not None:
+            raise ApprovalNotFound()  # unknown, stale, or another client's answer is already on its way
+        pending.answer = ApprovalAnswer(choice, request_id)
         try:
             await run.client.respond_approval(run.hermes_run_id, choice)
         except (hc.HermesNotFound, hc.HermesRejected):
+            if approval_id not in run.approvals:
+                return  # the run ended meanwhile and resolved it with this answer
             self._resolve_approval(run, approval_id, "deny", accepted=False)
             raise ApprovalNotFound() from None
+        except BaseException:
+            pending.answer = None  # Hermes never took it: the approval waits for an answer again
+            raise
         if choice == "session":
             for key in pending.pattern_keys:
                 await self._conversations.approve_pattern(run.conversation_id, key)
@@ -528,30 +573,28 @@ class RunManager:
         run = self._clarifications.get(clarify_id)
         if run is None or run.account.id != account_id or clarify_id not in run.clarifications:
             raise ClarifyNotFound()
-        hermes_clarify_id, _ = run.clarifications[clarify_id]
-        if clarify_id in run.plugin_clarify and self._plugin is not None:
-            await self._answer_plugin_clarify(run, clarify_id, hermes_clarify_id, response, request_id)
-            return
+        if clarify_id in run.answering:
+            raise ClarifyNotFound()  # another client's answer is already on its way
+        held_id, _ = run.clarifications[clarify_id]
+        run.answering.add(clarify_id)  # the question may be retired before the answer's reply is back
         try:
-            await run.client.respond_clarify(run.hermes_run_id, hermes_clarify_id, response)
-        except (hc.HermesNotFound, hc.HermesRejected):
-            self._resolve_clarify(run, clarify_id, accepted=False, expired=True)
-            raise ClarifyNotFound() from None
-        self._resolve_clarify(run, clarify_id, accepted=True, request_id=request_id)
-
-    async def _answer_plugin_clarify(
-        self, run: ActiveRun, clarify_id: str, plugin_clarify_id: str, response: str, request_id: str | UnsetType
-    ) -> None:
-        assert self._plugin is not None
-        run.answering.add(clarify_id)
-        try:
-            answered = await self._plugin.answer_clarify(plugin_clarify_id, response)
+            answered = await self._answer_clarify(run, clarify_id, held_id, response)
         finally:
             run.answering.discard(clarify_id)
         if not answered:
             self._resolve_clarify(run, clarify_id, accepted=False, expired=True)
             raise ClarifyNotFound()
         self._resolve_clarify(run, clarify_id, accepted=True, request_id=request_id)
+
+    async def _answer_clarify(self, run: ActiveRun, clarify_id: str, held_id: str, response: str) -> bool:
+        """Hand the answer to whoever holds the question (the plugin or Hermes); False if it no longer waits."""
+        if clarify_id in run.plugin_clarify and self._plugin is not None:
+            return await self._plugin.answer_clarify(held_id, response)
+        try:
+            await run.client.respond_clarify(run.hermes_run_id, held_id, response)
+        except (hc.HermesNotFound, hc.HermesRejected):
+            return False
+        return True
 
     def _resolve_clarify(
         self,
@@ -591,16 +634,23 @@ class RunManager:
         )
 
     def plugin_tool_completed(
-        self, hermes_run_id: str, tool_call_id: str, tool: str, duration_ms: int | None, failed: bool
+        self,
+        hermes_run_id: str,
+        tool_call_id: str,
+        tool: str,
+        duration_ms: int | None,
+        outcome: ev.ToolStatus,
+        error: str | None,
     ) -> None:
         run = self._by_hermes.get(hermes_run_id)
         if run is None or run.merge is None:
             return
-        duration = (duration_ms or 0) / 1000
         run.merge.plugin_completed(
             hc.ToolCompleted(
-                run_id=hermes_run_id, timestamp=time.time(), tool=tool, duration=duration, error=failed,
-                tool_call_id=tool_call_id,
+                run_id=hermes_run_id, timestamp=time.time(), tool=tool,
+                duration=duration_ms / 1000 if duration_ms is not None else None,
+                error=outcome != "completed", tool_call_id=tool_call_id,
+                error_message=error or UNSET, cancelled=outcome == "cancelled",
             )
         )  # fmt: skip
 
@@ -626,11 +676,8 @@ class RunManager:
 
     def plugin_clarify_expired(self, hermes_run_id: str, plugin_clarify_id: str) -> None:
         run = self._by_hermes.get(hermes_run_id)
-        if run is None:
-            return
-        for clarify_id, (held_id, _) in list(run.clarifications.items()):
-            if held_id == plugin_clarify_id and clarify_id in run.plugin_clarify:
-                self._resolve_clarify(run, clarify_id, accepted=False, expired=True)
+        if run is not None:
+            self._clarify_retired(run, plugin_clarify_id, by_plugin=True)
 
     def plugin_media_done(self, hermes_run_id: str) -> None:
         run = self.plugin_run(hermes_run_id)
@@ -639,19 +686,23 @@ class RunManager:
 
     # --- unsolicited output and shutdown -------------------------------------------------
 
-    def push_unsolicited(self, account_id: str, conversation_id: str, text: str) -> str:
-        """Emit a finished turn that no client asked for (a cron run's output)."""
+    async def push_unsolicited(self, account_id: str, conversation_id: str, text: str) -> str:
+        """Emit a finished turn that no client asked for (a cron run's output); its MEDIA: files are
+        stored and announced as the turn's deliverables, like a run's."""
         run_id = uuid.uuid4().hex
-        message_id = f"draft-{run_id}"
-        final = strip_media(text)
+        turn = AssistantTurn(account_id, conversation_id, f"draft-{run_id}")
         self._transitions[conversation_id] += 1
         for event in (
             ev.RunAccepted(conversation_id=conversation_id, run_id=run_id),
-            ev.MessageStart(conversation_id=conversation_id, run_id=run_id, message_id=message_id),
-            ev.MessageComplete(conversation_id=conversation_id, message_id=message_id, text=final),
-            ev.RunFinished(conversation_id=conversation_id, run_id=run_id, status="completed"),
+            ev.MessageStart(conversation_id=conversation_id, run_id=run_id, message_id=turn.message_id),
+            ev.MessageComplete(conversation_id=conversation_id, message_id=turn.message_id, text=strip_media(text)),
         ):
             self._hub.broadcast(account_id, event)
+        await self._media_from_disk(turn, media_paths(text))
+        self._transitions[conversation_id] += 1
+        self._hub.broadcast(
+            account_id, ev.RunFinished(conversation_id=conversation_id, run_id=run_id, status="completed")
+        )
         return run_id
 
     async def shutdown(self) -> None:
@@ -668,6 +719,13 @@ class RunManager:
         for run in runs:
             if run.reader is not None and not run.reader.done():
                 run.reader.cancel()
+
+
+def _tool_outcome(event: hc.ToolCompleted, *, cancelling: bool) -> ev.ToolStatus:
+    """A call that ended with an error while its run was being cancelled was interrupted, not failed."""
+    if not event.error:
+        return "completed"
+    return "cancelled" if event.cancelled is True or cancelling else "failed"
 
 
 def _short(text: str, limit: int = 500) -> str:

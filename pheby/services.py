@@ -1,6 +1,7 @@
 """The long-lived resources of one server process, built in the app lifespan."""
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
@@ -13,6 +14,7 @@ from pheby.changes import ChangeFeed
 from pheby.conversation_settings import ConversationSettings
 from pheby.conversations import Conversations
 from pheby.db import Database
+from pheby.errors import PhebyError
 from pheby.events import AttachmentAdded
 from pheby.hermes_pool import HermesClients
 from pheby.hub import Hub
@@ -21,11 +23,13 @@ from pheby.memory import MemoryFiles
 from pheby.models import ModelChoices
 from pheby.plugin_events import PluginEvents
 from pheby.plugin_link import PluginLink
-from pheby.runs import ActiveRun, RunManager
+from pheby.runs import AssistantTurn, RunManager
 from pheby.settings import Settings
 from pheby.task_owners import TaskOwners
 from pheby.tasks import Tasks
 from storage import BlobStore, open_blob_store
+
+log = logging.getLogger("pheby.services")
 
 
 class Services:
@@ -68,16 +72,26 @@ class Services:
         )
         self._background: set[asyncio.Task[Any]] = set()
 
-    async def _deliver_media(self, run: ActiveRun, paths: list[str]) -> None:
-        """Copy a run's `MEDIA:` files into storage and announce each to the account's clients."""
+    async def _deliver_media(self, turn: AssistantTurn, paths: list[str]) -> None:
+        """Copy a turn's `MEDIA:` files into storage and announce each to the account's clients.
+
+        A file that can't be stored (empty, grown past the limit, a storage error) is skipped alone.
+        """
         for path in paths:
-            attachment = await self.attachments.store_deliverable(
-                run.account.id, run.conversation_id, run.message_id, path
-            )
+            try:
+                attachment = await self.attachments.store_deliverable(
+                    turn.account_id, turn.conversation_id, turn.message_id, path
+                )
+            except PhebyError as exc:
+                log.warning("MEDIA: file not stored (%s)", exc.message)
+                continue
+            except Exception:
+                log.exception("MEDIA: file could not be stored")
+                continue
             if attachment is not None:
                 self.hub.broadcast(
-                    run.account.id,
-                    AttachmentAdded(conversation_id=run.conversation_id, attachment=pheby_descriptor(attachment)),
+                    turn.account_id,
+                    AttachmentAdded(conversation_id=turn.conversation_id, attachment=pheby_descriptor(attachment)),
                 )
 
     def background(self, task: asyncio.Task[Any]) -> None:

@@ -98,6 +98,20 @@ async def test_upload_chat_and_deliverable(live_server: LiveServer, demo_hermes:
     await second.close()
 
 
+async def test_a_deliverable_that_cannot_be_stored_spares_the_others(live_server: LiveServer) -> None:
+    client = await PhebyClient.connect(live_server.ws_url, live_server.secret)
+    conversation_id = (await client.request("conversation.create", "conversation.created"))["conversation_id"]
+    accepted = await client.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo files")
+    finished = await client.expect("run.finished", run_id=accepted["run_id"])
+    assert finished["status"] == "completed"
+    added = [frame["attachment"] for frame in client.seen("attachment.added", conversation_id=conversation_id)]
+    assert [a["mime_type"] for a in added] == ["image/png", "text/markdown"]  # the empty file is skipped alone
+    assert {a["message_id"] for a in added} == {f"draft-{accepted['run_id']}"}
+    opened = await client.request("conversation.open", "conversation.history", conversation_id=conversation_id)
+    assert [a["attachment_id"] for a in opened["attachments"]] == [a["attachment_id"] for a in added]
+    await client.close()
+
+
 async def test_media_outside_the_roots_is_not_copied(
     start_live_server: Callable[[Settings], LiveServer], live_settings: Callable[..., Settings], tmp_path: Path
 ) -> None:

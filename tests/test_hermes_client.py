@@ -14,6 +14,7 @@ import pytest
 from demo_hermes import DemoHermesServer
 from hermes_client import (
     ApprovalRequest,
+    ClarifyRetired,
     HermesClient,
     HermesError,
     HermesNotFound,
@@ -278,6 +279,7 @@ async def test_stream_skips_comments_and_unknown_events_and_stops_at_the_end() -
         b": keepalive\n\n"
         + DELTA
         + event("subagent.start", goal="x")  # newer Hermes: not known to this client
+        + event("tool.output_risk", tool="terminal")
         + event("clarify.retired", clarify_id="c", notice="n")
         + b"event: ignored-field\nid: 7\n"
         + event("tool.started", tool="terminal", preview="ls", tool_call_id="call_1", args={"command": "ls"})
@@ -287,8 +289,8 @@ async def test_stream_skips_comments_and_unknown_events_and_stops_at_the_end() -
     )
     async with sse_client(stream) as client:
         events = await read_events(client)
-    assert [type(e) for e in events] == [MessageDelta, ToolStarted, RunCompleted]
-    tool = events[1]
+    assert [type(e) for e in events] == [MessageDelta, ClarifyRetired, ToolStarted, RunCompleted]
+    tool = events[2]
     assert isinstance(tool, ToolStarted)
     assert tool.tool_call_id == "call_1"
     assert tool.args == {"command": "ls"}

@@ -3,6 +3,7 @@
 import asyncio
 from collections.abc import Callable
 
+import httpx
 import pytest
 
 from demo_hermes import DemoHermesServer
@@ -53,4 +54,36 @@ async def test_cron_output_is_pushed_listed_and_in_history(
 
     await asyncio.sleep(1)  # later polls do not deliver the same run again
     assert len(client.seen("message.complete", conversation_id=conversation_id)) == 1
+    await client.close()
+
+
+async def test_files_in_cron_output_become_attachments_of_the_pushed_turn(
+    start_live_server: Callable[[Settings], LiveServer],
+    live_settings: Callable[..., Settings],
+    make_demo_hermes: Callable[..., DemoHermesServer],
+) -> None:
+    hermes = make_demo_hermes()
+    server = start_live_server(
+        live_settings(**hermes_settings(hermes), media_roots=(hermes.media_dir,), job_poll_seconds=0.3)
+    )
+    client = await PhebyClient.connect(server.ws_url, server.secret)
+    await asyncio.sleep(0.8)  # the first poll sets the baseline
+    async with client_for(hermes) as hermes_client:
+        job = await hermes_client.create_job("Daily chart", "every 2h", "/demo image")
+        await hermes_client.run_job(job.id)
+
+    accepted = await client.expect("run.accepted", timeout=15)
+    conversation_id = accepted["conversation_id"]
+    complete = await client.expect("message.complete", conversation_id=conversation_id)
+    assert "MEDIA:" not in complete["text"]
+    added = await client.expect("attachment.added", conversation_id=conversation_id)
+    await client.expect("run.finished", run_id=accepted["run_id"])
+    attachment = added["attachment"]
+    assert (attachment["direction"], attachment["kind"]) == ("outbound", "image")
+    assert attachment["message_id"] == complete["message_id"] == f"draft-{accepted['run_id']}"
+    history = await client.request("conversation.open", "conversation.history", conversation_id=conversation_id)
+    assert [a["attachment_id"] for a in history["attachments"]] == [attachment["attachment_id"]]
+    async with httpx.AsyncClient(base_url=server.base_url) as http:
+        downloaded = await http.get(attachment["download_path"], headers={"X-Pheby-Secret": server.secret})
+    assert downloaded.content[:8] == b"\x89PNG\r\n\x1a\n"
     await client.close()

@@ -12,6 +12,7 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
 import hermes_client as hc
+from demo_hermes import DemoHermesServer
 from handlers.app import create_app
 from pheby.plugin_link import PluginExtras, PluginLink, SessionSettings
 from pheby.settings import Settings
@@ -332,3 +333,55 @@ async def test_the_link_is_live_only_while_both_directions_work(make_settings: C
         }
     finally:
         await link.aclose()
+
+
+# --- the plugin's tool events end to end --------------------------------------------------------------
+
+
+def hermes_run_of(hermes: DemoHermesServer, conversation_id: str) -> str:
+    """The demo Hermes's id of the conversation's active run (the plugin pushes are keyed by it)."""
+    runs = hermes.app.state.demo.runs.active()
+    run_id: str = next(run.run_id for run in runs if run.session_id == f"pheby_{conversation_id}")
+    return run_id
+
+
+@pytest.mark.parametrize(
+    ("plugin_status", "status", "error"),
+    [("error", "failed", "permission denied: /tmp/build-output"), ("interrupted", "cancelled", None)],
+)
+async def test_plugin_tool_ends_keep_their_error_and_unknown_duration(
+    start_live_server: Callable[[Settings], LiveServer],
+    live_settings: Callable[..., Settings],
+    demo_hermes: DemoHermesServer,
+    monkeypatch: pytest.MonkeyPatch,
+    plugin_status: str,
+    status: str,
+    error: str | None,
+) -> None:
+    async def session_pushed(self: PluginLink, settings: SessionSettings) -> bool:
+        return True
+
+    monkeypatch.setattr(PluginLink, "extras", lambda self: LIVE)
+    monkeypatch.setattr(PluginLink, "push_session", session_pushed)
+    server = start_live_server(live_settings(plugin_secret=PLUGIN_SECRET))
+    client = await PhebyClient.connect(server.ws_url, server.secret)
+    conversation_id = (await client.request("conversation.create", "conversation.created"))["conversation_id"]
+    accepted = await client.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo approve")
+    run_id = accepted["run_id"]
+    await client.expect("approval.request", run_id=run_id)  # the terminal call is in flight
+    hermes_run_id = hermes_run_of(demo_hermes, conversation_id)
+    push = {"run_id": hermes_run_id, "session_id": f"pheby_{conversation_id}", "tool_call_id": "call_p1"}
+    async with httpx.AsyncClient(base_url=server.base_url, headers={"X-Pheby-Plugin-Secret": PLUGIN_SECRET}) as http:
+        started = {**push, "event": "tool.start", "tool": "terminal", "args": {"command": "rm -rf /tmp/build-output"}}
+        assert (await http.post("/internal/hermes-plugin/events", json=started)).status_code == 200
+        running = await client.expect("tool.event", run_id=run_id, status="running")
+        assert running["tool_call_id"] == "call_p1"
+        ended = {**push, "event": "tool.end", "tool": "terminal", "duration_ms": None, "status": plugin_status}
+        assert (await http.post("/internal/hermes-plugin/events", json={**ended, "error": error})).status_code == 200
+    end = await client.expect("tool.event", run_id=run_id, tool_call_id="call_p1", status=status)
+    assert end["duration_ms"] is None
+    assert end.get("error") == error
+    await client.send("run.cancel", conversation_id=conversation_id, run_id=run_id)
+    await client.expect("run.finished", run_id=run_id)
+    assert len(client.seen("tool.event", run_id=run_id)) == 2
+    await client.close()

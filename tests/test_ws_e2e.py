@@ -563,6 +563,20 @@ async def test_tool_events_are_structured_and_redacted(owner: PhebyClient) -> No
     assert failing[1]["error"]
 
 
+async def test_a_tool_in_flight_when_the_run_is_cancelled_ends_cancelled(owner: PhebyClient) -> None:
+    conversation_id = await new_conversation(owner)
+    accepted = await owner.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo approve")
+    run_id = accepted["run_id"]
+    await owner.expect("approval.request", run_id=run_id)  # the terminal call waits for a human
+    await owner.send("run.cancel", conversation_id=conversation_id, run_id=run_id)
+    assert (await owner.expect("run.finished", run_id=run_id))["status"] == "cancelled"
+    tools = owner.seen("tool.event", run_id=run_id)
+    assert [t["status"] for t in tools] == ["running", "cancelled"]
+    assert "error" not in tools[1]
+    opened = await owner.request("conversation.open", "conversation.history", conversation_id=conversation_id)
+    assert [t["status"] for t in opened["tools"]] == ["cancelled"]
+
+
 async def test_approval_once_and_deny(connect: Callable[..., Any]) -> None:
     first, second = await connect(), await connect()
     conversation_id = await new_conversation(first)
@@ -597,6 +611,43 @@ async def test_approval_once_and_deny(connect: Callable[..., Any]) -> None:
     assert (await first.expect("message.complete"))["text"].startswith("Denied")
 
 
+async def test_the_responders_answer_resolves_the_approval_when_the_run_moves_first(
+    start_live_server: Callable[[Settings], LiveServer],
+    live_settings: Callable[..., Settings],
+    make_demo_hermes: Callable[..., DemoHermesServer],
+    clients: list[PhebyClient],
+) -> None:
+    # This Hermes replies to an answer only after the run went on: a denied tool fails, an approved run ends.
+    hermes = make_demo_hermes(answer_delay=0.3)
+    server = start_live_server(live_settings(**hermes_settings(hermes)))
+    client = await PhebyClient.connect(server.ws_url, server.secret)
+    clients.append(client)
+    conversation_id = await new_conversation(client)
+    answered: dict[str, tuple[str, bool, str]] = {}
+    for round_ in range(3):
+        for choice in ("deny", "once"):
+            accepted = await client.request(
+                "chat.send", "run.accepted", conversation_id=conversation_id, text="/demo approve"
+            )
+            request = await client.expect("approval.request", run_id=accepted["run_id"])
+            request_id = f"{choice}-{round_}"
+            await client.send(
+                "approval.respond", approval_id=request["approval_id"], choice=choice, request_id=request_id
+            )
+            await client.expect("run.finished", run_id=accepted["run_id"])
+            answered[request["approval_id"]] = (choice, True, request_id)
+    await asyncio.sleep(0.5)  # every answer's reply from Hermes is back
+    resolutions = {
+        approval_id: [
+            (r["choice"], r["accepted"], r.get("request_id"))
+            for r in client.seen("approval.resolved", approval_id=approval_id)
+        ]
+        for approval_id in answered
+    }
+    assert resolutions == {approval_id: [outcome] for approval_id, outcome in answered.items()}
+    assert client.seen("error") == []
+
+
 async def test_session_approval_covers_later_runs_of_the_conversation(owner: PhebyClient) -> None:
     conversation_id = await new_conversation(owner)
     await owner.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo approve")
@@ -629,6 +680,45 @@ async def test_clarify(connect: Callable[..., Any]) -> None:
         assert resolved["request_id"] == "c-1"
     assert (await first.expect("message.complete"))["text"] == "You chose: production"
     stale = await first.request("clarify.respond", "clarify.resolved", clarify_id=request["clarify_id"], response="x")
+    assert stale["error"]["code"] == "clarify_not_found"
+
+
+async def test_retired_clarifications_resolve_once_while_the_run_goes_on(
+    start_live_server: Callable[[Settings], LiveServer],
+    live_settings: Callable[..., Settings],
+    make_demo_hermes: Callable[..., DemoHermesServer],
+    clients: list[PhebyClient],
+) -> None:
+    from tests.demo_hermes_server import client_for
+
+    # Hermes retires a question when it is answered (and replies to the answer after that) or expires.
+    hermes = make_demo_hermes(answer_delay=0.3, delta_delay=0.2)
+    async with client_for(hermes) as hermes_client:
+        await hermes_client.put_config({"approvals": {"timeout": 0.5}})
+    server = start_live_server(live_settings(**hermes_settings(hermes)))
+    client = await PhebyClient.connect(server.ws_url, server.secret)
+    clients.append(client)
+    conversation_id = await new_conversation(client)
+
+    await client.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo clarify")
+    answered = await client.expect("clarify.request")
+    await client.send("clarify.respond", clarify_id=answered["clarify_id"], response="staging", request_id="c-1")
+    await client.expect("run.finished", run_id=answered["run_id"])
+    resolved = client.seen("clarify.resolved", clarify_id=answered["clarify_id"])
+    assert [(r["accepted"], r.get("request_id")) for r in resolved] == [(True, "c-1")]
+
+    await client.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo clarify")
+    unanswered = await client.expect("clarify.request")
+    expired = await client.expect("clarify.resolved", clarify_id=unanswered["clarify_id"])
+    assert (expired["accepted"], expired["expired"], "request_id" in expired) == (False, True, False)
+    opened = await client.request("conversation.open", "conversation.history", conversation_id=conversation_id)
+    assert opened["run"]["run_id"] == unanswered["run_id"]  # the run goes on without the question
+    assert opened["clarifications"] == []
+    await client.expect("run.finished", run_id=unanswered["run_id"])
+    assert len(client.seen("clarify.resolved", clarify_id=unanswered["clarify_id"])) == 1
+    stale = await client.request(
+        "clarify.respond", "clarify.resolved", clarify_id=unanswered["clarify_id"], response="x"
+    )
     assert stale["error"]["code"] == "clarify_not_found"
 
 

@@ -132,6 +132,13 @@ async def run_events(request: Request[Any, Any, Any], run_id: FromPath[str]) -> 
     )
 
 
+async def _answer_delay(request: Request[Any, Any, Any]) -> None:
+    """Hermes answers while the agent already goes on; a delay makes the run win that race every time."""
+    delay = demo_state(request).answer_delay
+    if delay:
+        await asyncio.sleep(delay)
+
+
 @post("/v1/runs/{run_id:str}/approval")
 async def respond_approval(request: Request[Any, Any, Any], run_id: FromPath[str]) -> Response[bytes]:
     run = _known_run(request, run_id)
@@ -150,6 +157,7 @@ async def respond_approval(request: Request[Any, Any, Any], run_id: FromPath[str
     if not resolved:
         raise api_error(409, f"Run has no pending approval: {run_id}", "approval_not_pending")
     run.emit("approval.responded", {"choice": choice, "resolved": resolved})
+    await _answer_delay(request)
     return json_response(
         {"object": "hermes.run.approval_response", "run_id": run_id, "choice": choice, "resolved": resolved}
     )
@@ -174,6 +182,7 @@ async def respond_clarify(request: Request[Any, Any, Any], run_id: FromPath[str]
         raise api_error(409, "Run has no matching pending clarify request.", "clarify_not_pending")
     if response is not None:  # a null response only says "free text will follow"; the question stays open
         pending.future.set_result(response)
+    await _answer_delay(request)
     return json_response(
         {
             "object": "hermes.run.clarify_response",
