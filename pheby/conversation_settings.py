@@ -17,7 +17,7 @@ import msgspec
 from pheby.accounts import Account
 from pheby.conversations import Conversation, Conversations
 from pheby.db import Database
-from pheby.errors import BadRequest, NotImplementedByUpstream
+from pheby.errors import BadRequest, NotImplementedByUpstream, PhebyError
 from pheby.hermes_pool import HermesClients
 from pheby.models import REASONING_EFFORTS, ModelChoices
 from pheby.plugin_link import NO_EXTRAS, PluginExtras, PluginLink, SessionSettings
@@ -107,10 +107,12 @@ class ConversationSettings:
         model = model.strip()
         if not model:
             raise BadRequest("model must not be blank")
-        current = await self._current_provider(account)
-        if provider is not None and provider != current:
-            raise NotImplementedByUpstream(OTHER_PROVIDER.format(current=current or "unknown"))
-        provider = current  # the conversation runs on the current provider, so that is the one it names
+        if provider is not None:
+            current = await self._current_provider(account)
+            if provider != current:
+                raise NotImplementedByUpstream(OTHER_PROVIDER.format(current=current or "unknown"))
+        else:  # the conversation runs on the current provider, so that is the one it names, when known
+            provider = await self._current_provider_if_known(account)
         await self._store(conversation.id, model=model, provider=provider)
         await self.sync(account, conversation)
         return provider
@@ -134,6 +136,13 @@ class ConversationSettings:
         _, _, provider = await self._models.options(account)
         return provider
 
+    async def _current_provider_if_known(self, account: Account) -> str | None:
+        """The current provider, or None when Hermes can't say (no dashboard, or it is down)."""
+        try:
+            return await self._current_provider(account)
+        except PhebyError:
+            return None
+
     # --- what clients see ------------------------------------------------------------------
 
     async def own_model(self, account: Account, conversation_id: str | None) -> ModelView | None:
@@ -143,7 +152,7 @@ class ConversationSettings:
         await self._conversations.get(account.id, conversation_id)
         own = await self.overrides(conversation_id)
         if own.model and self.extras_for(account).model:
-            provider = own.provider or await self._current_provider(account)
+            provider = own.provider or await self._current_provider_if_known(account)
             return ModelView(model=own.model, provider=provider, scope="conversation")
         return None
 
