@@ -6,6 +6,7 @@ decisions so `conversation.open` can hand a reconnecting client the recoverable 
 """
 
 import asyncio
+import contextlib
 import logging
 import secrets
 import time
@@ -107,6 +108,7 @@ class ActiveRun:
         self.clarifications: dict[str, tuple[str, ev.ClarifyRequest]] = {}
         self.answering: set[str] = set()  # clarifications whose answer is on its way
         self.finished = asyncio.Event()
+        self.started = asyncio.Event()  # set once `start` has made the Hermes run, or failed to
         self.cancel_requested = False
         self.reader: asyncio.Task[None] | None = None
         # The companion plugin's extras for this run (decided at start), and their state.
@@ -185,6 +187,14 @@ class RunManager:
         self, run: ActiveRun, conversation: Conversation, hermes_input: str, request_id: str | UnsetType
     ) -> None:
         """Create the Hermes run for a reserved slot and start reading it; releases the slot on failure."""
+        try:
+            await self._start(run, conversation, hermes_input, request_id)
+        finally:
+            run.started.set()
+
+    async def _start(
+        self, run: ActiveRun, conversation: Conversation, hermes_input: str, request_id: str | UnsetType
+    ) -> None:
         try:
             session_id = hermes_session_id(conversation)
             run.extras = await self._plugin_extras(run, conversation, session_id)
@@ -511,6 +521,11 @@ class RunManager:
         if run is None or run.run_id != run_id or run.account.id != account_id or run.finished.is_set():
             raise NotFound("No such active run")
         run.cancel_requested = True
+        if not run.started.is_set():  # reserved, not yet started (a conversation.delete): let it start first
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(run.started.wait(), timeout=CANCEL_GRACE_SECONDS)
+            if not run.hermes_run_id or self._by_conversation.get(conversation_id) is not run:
+                raise NotFound("The run did not start")
         try:
             await run.client.stop_run(run.hermes_run_id)
         except hc.HermesNotFound:

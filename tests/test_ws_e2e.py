@@ -449,6 +449,29 @@ async def test_delete_goes_ahead_when_the_run_can_no_longer_be_cancelled(
             await hermes.get_session(session_id)
 
 
+async def test_a_delete_racing_the_first_send_leaves_no_run_or_session(
+    owner: PhebyClient, live_server: LiveServer, demo_hermes: DemoHermesServer
+) -> None:
+    """The run slot is taken before Hermes names the run: a delete then waits for it, stops it, and
+    removes the session the run made, instead of failing or leaving the run going."""
+    from tests.demo_hermes_server import client_for
+
+    other = await PhebyClient.connect(live_server.ws_url, live_server.secret)
+    for _ in range(8):
+        conversation_id = await new_conversation(owner)
+        send_id = await owner.send("chat.send", conversation_id=conversation_id, text="/demo slow")
+        deleted = await other.request("conversation.delete", "conversation.deleted", conversation_id=conversation_id)
+        assert deleted["type"] == "conversation.deleted", deleted
+        reply = await owner.wait_for(lambda f, rid=send_id: f.get("request_id") == rid)
+        if reply["type"] == "run.accepted":  # it got going: it must end, cancelled, not run on
+            finished = await owner.expect("run.finished", run_id=reply["run_id"])
+            assert finished["status"] == "cancelled"
+        async with client_for(demo_hermes) as hermes:
+            with pytest.raises(HermesNotFound):
+                await hermes.get_session(f"pheby_{conversation_id}")
+    await other.close()
+
+
 # --- runs ------------------------------------------------------------------------------------
 
 

@@ -23,7 +23,9 @@ class ConversationDelete(ClientMessage, frozen=True, tag="conversation.delete"):
 async def handle(ctx: WsContext, msg: ConversationDelete) -> None:
     services = ctx.services
     conversation = await services.conversations.get(ctx.account.id, msg.conversation_id)
-    await _cancel_active_run(services, ctx.account.id, conversation.id)
+    if await _cancel_active_run(services, ctx.account.id, conversation.id):
+        # A first run may have just named the conversation's Hermes session: read it again.
+        conversation = await services.conversations.get(ctx.account.id, conversation.id)
     client = services.hermes.for_account(ctx.account)
     for session_id in conversation.session_ids:
         try:
@@ -36,11 +38,13 @@ async def handle(ctx: WsContext, msg: ConversationDelete) -> None:
     ctx.reply(ConversationDeleted(conversation_id=conversation.id, request_id=rid(msg.request_id)))
 
 
-async def _cancel_active_run(services: Services, account_id: str, conversation_id: str) -> None:
+async def _cancel_active_run(services: Services, account_id: str, conversation_id: str) -> bool:
+    """Cancel the conversation's run, if any (True then), best effort."""
     run = services.runs.active(conversation_id)
     if run is None:
-        return
+        return False
     try:
         await services.runs.cancel(account_id, conversation_id, run.run_id)
     except Exception as exc:  # noqa: BLE001 - best effort: the delete goes ahead regardless
         log.warning("deleting conversation %s: its run %s was not cancelled: %s", conversation_id, run.run_id, exc)
+    return True
