@@ -6,6 +6,7 @@ never reach a client: server paths, the Hermes URL and key, the owner secret.
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import json
 import re
@@ -449,6 +450,10 @@ async def test_delete_goes_ahead_when_the_run_can_no_longer_be_cancelled(
             await hermes.get_session(session_id)
 
 
+def answers(request_id: str, frame: dict[str, Any]) -> bool:
+    return frame.get("request_id") == request_id
+
+
 async def test_a_delete_racing_the_first_send_leaves_no_run_or_session(
     owner: PhebyClient, live_server: LiveServer, demo_hermes: DemoHermesServer
 ) -> None:
@@ -462,7 +467,7 @@ async def test_a_delete_racing_the_first_send_leaves_no_run_or_session(
         send_id = await owner.send("chat.send", conversation_id=conversation_id, text="/demo slow")
         deleted = await other.request("conversation.delete", "conversation.deleted", conversation_id=conversation_id)
         assert deleted["type"] == "conversation.deleted", deleted
-        reply = await owner.wait_for(lambda f, rid=send_id: f.get("request_id") == rid)
+        reply = await owner.wait_for(functools.partial(answers, send_id))
         if reply["type"] == "run.accepted":  # it got going: it must end, cancelled, not run on
             finished = await owner.expect("run.finished", run_id=reply["run_id"])
             assert finished["status"] == "cancelled"
