@@ -109,6 +109,7 @@ class ActiveRun:
         self.answering: set[str] = set()  # clarifications whose answer is on its way
         self.finished = asyncio.Event()
         self.started = asyncio.Event()  # set once `start` has made the Hermes run, or failed to
+        self.message_completed = False  # after message.complete only attachment.added and run.finished follow
         self.cancel_requested = False
         self.reader: asyncio.Task[None] | None = None
         # The companion plugin's extras for this run (decided at start), and their state.
@@ -200,6 +201,9 @@ class RunManager:
             run.extras = await self._plugin_extras(run, conversation, session_id)
             # With the plugin's tool-aware history, Hermes gets the stored turns; else the text-only ones.
             history = None if run.extras.history else await self._history(run.client, conversation)
+            # Before the run is made: between its first plugin pushes and run.accepted nothing may await.
+            if conversation.session_id is None:
+                await self._conversations.add_session(conversation.id, session_id)
             handle = await run.client.create_run(
                 hermes_input,
                 session_id=session_id,
@@ -207,8 +211,6 @@ class RunManager:
                 instructions=RUN_INSTRUCTIONS,
             )
             self._watch_plugin(run, handle.run_id)
-            if conversation.session_id is None:
-                await self._conversations.add_session(conversation.id, session_id)
         except hc.HermesUnavailable:
             self.release(run)
             raise Unavailable("Hermes is unavailable right now; try again") from None
@@ -443,6 +445,8 @@ class RunManager:
     async def _complete(self, run: ActiveRun, output: str) -> None:
         if run.merge is not None:
             run.merge.flush()
+            run.merge = None  # tool events the plugin pushes from now on would follow message.complete
+        run.message_completed = True
         paths = media_paths(output)
         final = strip_media(output)
         run.draft = final
@@ -674,7 +678,7 @@ class RunManager:
     ) -> bool:
         """A clarify question the plugin holds the run for; False when no client can be asked."""
         run = self._by_hermes.get(hermes_run_id)
-        if run is None or run.finished.is_set() or not run.extras.clarify:
+        if run is None or run.message_completed or run.finished.is_set() or not run.extras.clarify:
             return False
         clarify_id = self._clarify_requested(
             run,

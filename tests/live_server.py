@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 import uvicorn
+from litestar import Litestar
 
 from pheby.server import build_uvicorn_config
+from pheby.services import Services
 from pheby.settings import Settings
 
 
@@ -35,6 +37,14 @@ class LiveServer:
     @property
     def secret(self) -> str:
         return self.settings.secret
+
+    @property
+    def services(self) -> Services:
+        """The app's services; they belong to the server's thread and loop, so tests only look."""
+        app = self.server.config.app
+        assert isinstance(app, Litestar)
+        services: Services = app.state.services
+        return services
 
 
 class _Runner:

@@ -385,3 +385,42 @@ async def test_plugin_tool_ends_keep_their_error_and_unknown_duration(
     await client.expect("run.finished", run_id=run_id)
     assert len(client.seen("tool.event", run_id=run_id)) == 2
     await client.close()
+
+
+async def test_plugin_pushes_after_message_complete_are_not_relayed(
+    start_live_server: Callable[[Settings], LiveServer],
+    live_settings: Callable[..., Settings],
+    demo_hermes: DemoHermesServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While the run waits for the plugin's MEDIA: files, a late tool push must not follow message.complete."""
+
+    async def session_pushed(self: PluginLink, settings: SessionSettings) -> bool:
+        return True
+
+    monkeypatch.setattr(PluginLink, "extras", lambda self: LIVE)
+    monkeypatch.setattr(PluginLink, "push_session", session_pushed)
+    server = start_live_server(live_settings(plugin_secret=PLUGIN_SECRET))
+    client = await PhebyClient.connect(server.ws_url, server.secret)
+    conversation_id = (await client.request("conversation.create", "conversation.created"))["conversation_id"]
+    accepted = await client.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo image")
+    run_id = accepted["run_id"]
+    await client.expect("message.complete", conversation_id=conversation_id)  # now waiting for the files
+    active = server.services.runs.active(conversation_id)
+    assert active is not None
+    hermes_run_id = active.hermes_run_id
+    push = {"run_id": hermes_run_id, "session_id": f"pheby_{conversation_id}", "tool_call_id": "call_late"}
+    late_tool = {**push, "event": "tool.start", "tool": "terminal", "args": {}}
+    late_clarify = {
+        **push, "event": "clarify.request", "clarify_id": "c1", "question": "Sure?", "choices": None, "timeout": 5,
+    }  # fmt: skip
+    async with httpx.AsyncClient(base_url=server.base_url, headers={"X-Pheby-Plugin-Secret": PLUGIN_SECRET}) as http:
+        for late in (late_tool, late_clarify):
+            await http.post("/internal/hermes-plugin/events", json=late)
+        done = {"event": "media.done", "run_id": hermes_run_id, "offered": 0, "pushed": 0}
+        assert (await http.post("/internal/hermes-plugin/events", json=done)).status_code == 200
+    finished = await client.expect("run.finished", run_id=run_id)
+    assert finished["status"] == "completed"
+    assert client.seen("tool.event", run_id=run_id) == []
+    assert client.seen("clarify.request") == []
+    await client.close()

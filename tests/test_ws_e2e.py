@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from litestar import Litestar
 from websockets.exceptions import ConnectionClosed
 
 from demo_hermes import DemoHermesServer
@@ -23,7 +22,6 @@ from hermes_client import HermesNotFound
 from pheby.accounts import Accounts, HermesAccountSettings
 from pheby.db import Database
 from pheby.errors import NotFound
-from pheby.services import Services
 from pheby.settings import Settings
 from tests.live_server import LiveServer, hermes_settings
 from tests.ws_client import Frame, PhebyClient
@@ -431,9 +429,7 @@ async def test_delete_goes_ahead_when_the_run_can_no_longer_be_cancelled(
     await run_to_end(owner, conversation_id, "remember me")
     await owner.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo slow")
     await owner.expect("message.delta")
-    app = live_server.server.config.app
-    assert isinstance(app, Litestar)
-    services: Services = app.state.services
+    services = live_server.services
 
     async def cannot_interrupt(*_: object) -> None:
         raise NotFound("The run can no longer be interrupted")
