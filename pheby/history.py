@@ -12,6 +12,21 @@ from pheby.media_tags import strip_media
 HISTORY_LIMIT_MAX = 500
 HISTORY_LIMIT_DEFAULT = 200
 
+# What Hermes's context compression writes into a transcript (agent/context_compressor.py in 0.19.0):
+# a standalone summary message, or the summary merged into the first kept message after its own text.
+_SUMMARY_PREFIX = "[CONTEXT COMPACTION"
+_MERGED_HEADER = "[PRIOR CONTEXT — for reference only; not a new message]"
+_MERGED_DELIMITER = "[END OF PRIOR CONTEXT — COMPACTION SUMMARY BELOW]"
+
+
+def without_compaction_summary(content: str) -> str:
+    """A message's own text, without a compaction summary Hermes put in it ("" for a summary alone)."""
+    if content.startswith(_SUMMARY_PREFIX):
+        return ""
+    if content.startswith(_MERGED_HEADER) and _MERGED_DELIMITER in content:
+        return content[len(_MERGED_HEADER) :].split(_MERGED_DELIMITER, 1)[0].strip()
+    return content
+
 
 async def transcript(client: hc.HermesClient, session_ids: Sequence[str]) -> list[hc.SessionMessage]:
     """Every message of a conversation's Hermes sessions, oldest first; a deleted session is skipped."""
@@ -25,16 +40,18 @@ async def transcript(client: hc.HermesClient, session_ids: Sequence[str]) -> lis
 
 
 def display_messages(messages: Sequence[hc.SessionMessage], original_inputs: dict[str, str]) -> list[HistoryMessage]:
-    """Stable ids (`m<Hermes message id>`), roles user/assistant only, the user's own words."""
+    """Stable ids (`m<Hermes message id>`), roles user/assistant only, the user's own words, and no
+    compaction summaries (they are Hermes's notes to the model, not turns anyone wrote)."""
     shown: list[HistoryMessage] = []
     for message in messages:
         if not isinstance(message.content, str):
             continue
         role: Literal["user", "assistant"]
+        content = without_compaction_summary(message.content)
         if message.role == "user":
-            role, text = "user", original_inputs.get(input_digest(message.content), message.content)
+            role, text = "user", original_inputs.get(input_digest(content), content)
         elif message.role == "assistant":
-            role, text = "assistant", strip_media(message.content)
+            role, text = "assistant", strip_media(content)
         else:
             continue
         if not text.strip():

@@ -8,13 +8,14 @@ from typing import Any, cast
 import msgspec
 import pytest
 
+import hermes_client as hc
 from handlers.ws import run_cancel
 from handlers.ws.context import WsContext
 from handlers.ws.registry import DECODER
 from pheby.accounts import Account
 from pheby.errors import NotFound, PhebyError, UpstreamFailure
 from pheby.events import HistoryMessage, Pong
-from pheby.history import page
+from pheby.history import display_messages, page
 from pheby.hub import CLOSE_TRY_AGAIN_LATER, Connection, Hub
 from pheby.media_tags import media_paths, strip_media, visible_draft
 from pheby.redact import REDACTED, redact
@@ -183,3 +184,21 @@ def test_model_names_are_one_printable_line(frame: dict[str, str]) -> None:
     with pytest.raises(msgspec.ValidationError):
         DECODER.decode(msgspec.json.encode(frame))
     assert DECODER.decode(msgspec.json.encode({"type": "model.set", "model": "anthropic/claude-sonnet-4"}))
+
+
+def test_compaction_summaries_are_not_shown_as_turns() -> None:
+    summary = "[CONTEXT COMPACTION — REFERENCE ONLY] Earlier turns were compacted...\n## Active Task\nx"
+    merged = (
+        "[PRIOR CONTEXT — for reference only; not a new message]\nWhat about Friday?\n\n"
+        "[END OF PRIOR CONTEXT — COMPACTION SUMMARY BELOW]\n\n" + summary + "\n\n--- END OF CONTEXT SUMMARY ---"
+    )
+    messages = [
+        hc.SessionMessage(id=1, role="user", content=summary),
+        hc.SessionMessage(id=2, role="user", content=merged),
+        hc.SessionMessage(id=3, role="assistant", content="Friday works."),
+    ]
+    shown = display_messages(messages, {})
+    assert [(m.message_id, m.role, m.text) for m in shown] == [
+        ("m2", "user", "What about Friday?"),
+        ("m3", "assistant", "Friday works."),
+    ]
