@@ -338,6 +338,24 @@ async def test_the_link_is_live_only_while_both_directions_work(make_settings: C
 # --- the plugin's tool events end to end --------------------------------------------------------------
 
 
+async def plugin_live_server(
+    start_live_server: Callable[[Settings], LiveServer],
+    live_settings: Callable[..., Settings],
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[LiveServer, PhebyClient, str]:
+    """A live server whose plugin link reports every extra live, a connected client and a new conversation."""
+
+    async def session_pushed(self: PluginLink, settings: SessionSettings) -> bool:
+        return True
+
+    monkeypatch.setattr(PluginLink, "extras", lambda self: LIVE)
+    monkeypatch.setattr(PluginLink, "push_session", session_pushed)
+    server = start_live_server(live_settings(plugin_secret=PLUGIN_SECRET))
+    client = await PhebyClient.connect(server.ws_url, server.secret)
+    conversation_id = (await client.request("conversation.create", "conversation.created"))["conversation_id"]
+    return server, client, conversation_id
+
+
 def hermes_run_of(hermes: DemoHermesServer, conversation_id: str) -> str:
     """The demo Hermes's id of the conversation's active run (the plugin pushes are keyed by it)."""
     runs = hermes.app.state.demo.runs.active()
@@ -358,14 +376,7 @@ async def test_plugin_tool_ends_keep_their_error_and_unknown_duration(
     status: str,
     error: str | None,
 ) -> None:
-    async def session_pushed(self: PluginLink, settings: SessionSettings) -> bool:
-        return True
-
-    monkeypatch.setattr(PluginLink, "extras", lambda self: LIVE)
-    monkeypatch.setattr(PluginLink, "push_session", session_pushed)
-    server = start_live_server(live_settings(plugin_secret=PLUGIN_SECRET))
-    client = await PhebyClient.connect(server.ws_url, server.secret)
-    conversation_id = (await client.request("conversation.create", "conversation.created"))["conversation_id"]
+    server, client, conversation_id = await plugin_live_server(start_live_server, live_settings, monkeypatch)
     accepted = await client.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo approve")
     run_id = accepted["run_id"]
     await client.expect("approval.request", run_id=run_id)  # the terminal call is in flight
@@ -395,14 +406,7 @@ async def test_plugin_pushes_after_message_complete_are_not_relayed(
 ) -> None:
     """While the run waits for the plugin's MEDIA: files, a late tool push must not follow message.complete."""
 
-    async def session_pushed(self: PluginLink, settings: SessionSettings) -> bool:
-        return True
-
-    monkeypatch.setattr(PluginLink, "extras", lambda self: LIVE)
-    monkeypatch.setattr(PluginLink, "push_session", session_pushed)
-    server = start_live_server(live_settings(plugin_secret=PLUGIN_SECRET))
-    client = await PhebyClient.connect(server.ws_url, server.secret)
-    conversation_id = (await client.request("conversation.create", "conversation.created"))["conversation_id"]
+    server, client, conversation_id = await plugin_live_server(start_live_server, live_settings, monkeypatch)
     accepted = await client.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo image")
     run_id = accepted["run_id"]
     await client.expect("message.complete", conversation_id=conversation_id)  # now waiting for the files
