@@ -111,11 +111,10 @@ class ConversationSettings:
             current = await self._current_provider(account)
             if provider != current:
                 raise NotImplementedByUpstream(OTHER_PROVIDER.format(current=current or "unknown"))
-        else:  # the conversation runs on the current provider, so that is the one it names, when known
-            provider = await self._current_provider_if_known(account)
         await self._store(conversation.id, model=model, provider=provider)
         await self.sync(account, conversation)
-        return provider
+        # Without a provider of its own the conversation runs on the current one, whichever that is then.
+        return provider or await self._current_provider_if_known(account)
 
     async def set_effort(self, account: Account, conversation_id: str, effort: str) -> None:
         conversation = await self._conversations.get(account.id, conversation_id)

@@ -7,7 +7,9 @@ plugin's shared secret (`X-Pheby-Plugin-Secret`, compared in constant time) from
 credential opens them, and without a configured plugin they do not exist (404).
 """
 
-from collections.abc import AsyncIterable, Mapping
+import asyncio
+import logging
+from collections.abc import AsyncIterable, Awaitable, Callable, Mapping
 from typing import Any, Final
 
 import msgspec
@@ -24,6 +26,8 @@ from pheby.hub import Hub
 from pheby.plugin_link import PluginLink
 from pheby.runs import RunManager
 from pheby.task_owners import TaskOwners
+
+log = logging.getLogger(__name__)
 
 SECRET_HEADER: Final = "x-pheby-plugin-secret"  # noqa: S105 - a header name, not a secret
 PROXY_HEADERS: Final = ("forwarded", "x-forwarded-for")
@@ -111,8 +115,10 @@ class PluginEvents:
         task_owners: TaskOwners,
         hermes: HermesClients,
         attachments: Attachments,
+        background: Callable[[asyncio.Task[Any]], None],
     ) -> None:
         self._link = link
+        self._background = background
         self._runs = runs
         self._conversations = conversations
         self._hub = hub
@@ -179,9 +185,11 @@ class PluginEvents:
         if not await self._conversations.mark_cron_session_seen(account.id, push.session_id):
             return False  # job polling got there first
         name = await self._job_name(account, push.job_id)
-        await file_cron_output(
+        # Filed in the background: storing its MEDIA: files may take longer than the plugin waits for an answer.
+        filing = file_cron_output(
             self._conversations, self._hub, self._runs, account, push.job_id, push.session_id, name, push.text
         )
+        self._background(asyncio.create_task(_logged(filing, push.session_id), name=f"cron-{push.session_id}"))
         return True
 
     async def _cron_account(self, job_id: str) -> Account | None:
@@ -198,3 +206,10 @@ class PluginEvents:
             return (await self._hermes.for_account(account).get_job(job_id)).name or f"Scheduled task {job_id}"
         except hc.HermesError:
             return f"Scheduled task {job_id}"
+
+
+async def _logged(filing: Awaitable[object], session_id: str) -> None:
+    try:
+        await filing
+    except Exception:
+        log.exception("filing the cron output of %s failed", session_id)

@@ -12,7 +12,7 @@ import secrets
 import time
 import uuid
 from collections import Counter, OrderedDict, defaultdict, deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import NamedTuple, Protocol
 
 from msgspec import UNSET, UnsetType
@@ -21,7 +21,15 @@ import hermes_client as hc
 from pheby import events as ev
 from pheby.accounts import Account
 from pheby.conversations import Conversation, Conversations
-from pheby.errors import ApprovalNotFound, ClarifyNotFound, NotFound, RunActive, Unavailable, UpstreamFailure
+from pheby.errors import (
+    ApprovalNotFound,
+    ClarifyNotFound,
+    ConversationNotFound,
+    NotFound,
+    RunActive,
+    Unavailable,
+    UpstreamFailure,
+)
 from pheby.history import transcript
 from pheby.hub import Hub
 from pheby.media_tags import media_paths, strip_media, visible_draft
@@ -32,6 +40,7 @@ from pheby.tool_merge import ToolMerge
 log = logging.getLogger("pheby.runs")
 
 CANCEL_GRACE_SECONDS = 5.0
+START_WAIT_SECONDS = 30.0  # a cancel of a run still starting waits this long for Hermes to name it
 RUN_INSTRUCTIONS = (
     "You are talking with the user through the Pheby app, which renders Markdown. "
     "To hand the user a file, put MEDIA:/absolute/path/to/file on its own line."
@@ -106,7 +115,8 @@ class ActiveRun:
         self.open_tools: defaultdict[str, deque[str]] = defaultdict(deque)
         self.approvals: dict[str, PendingApproval] = {}
         self.clarifications: dict[str, tuple[str, ev.ClarifyRequest]] = {}
-        self.answering: set[str] = set()  # clarifications whose answer is on its way
+        # Clarifications whose answer is on its way, with the responder's request_id.
+        self.answering: dict[str, str | UnsetType] = {}
         self.finished = asyncio.Event()
         self.started = asyncio.Event()  # set once `start` has made the Hermes run, or failed to
         self.message_completed = False  # after message.complete only attachment.added and run.finished follow
@@ -150,6 +160,7 @@ class RunManager:
         self._clarifications: dict[str, ActiveRun] = {}
         self._last_tools: dict[str, list[ev.ToolState]] = {}
         self._transitions: Counter[str] = Counter()
+        self._deleting: set[str] = set()  # conversations being deleted: no new run may start
 
     # --- queries -------------------------------------------------------------------------
 
@@ -174,6 +185,8 @@ class RunManager:
 
     def reserve(self, account: Account, conversation: Conversation) -> ActiveRun:
         """Claim the conversation's run slot (synchronously, so two sends can't both win)."""
+        if conversation.id in self._deleting:
+            raise ConversationNotFound()
         if conversation.id in self._by_conversation:
             raise RunActive()
         run = ActiveRun(account, conversation, self._hermes_for(account))
@@ -183,6 +196,16 @@ class RunManager:
     def release(self, run: ActiveRun) -> None:
         if self._by_conversation.get(run.conversation_id) is run:
             del self._by_conversation[run.conversation_id]
+        run.started.set()  # a reserved run that never starts: whoever waits for its start stops waiting
+
+    @contextlib.contextmanager
+    def deleting(self, conversation_id: str) -> Iterator[None]:
+        """While a conversation is deleted, sends to it are refused (`conversation_not_found`)."""
+        self._deleting.add(conversation_id)
+        try:
+            yield
+        finally:
+            self._deleting.discard(conversation_id)
 
     async def start(
         self, run: ActiveRun, conversation: Conversation, hermes_input: str, request_id: str | UnsetType
@@ -201,6 +224,8 @@ class RunManager:
             run.extras = await self._plugin_extras(run, conversation, session_id)
             # With the plugin's tool-aware history, Hermes gets the stored turns; else the text-only ones.
             history = None if run.extras.history else await self._history(run.client, conversation)
+            if run.cancel_requested:  # the conversation is being deleted: don't make the run at all
+                raise ConversationNotFound()
             # Before the run is made: between its first plugin pushes and run.accepted nothing may await.
             if conversation.session_id is None:
                 await self._conversations.add_session(conversation.id, session_id)
@@ -497,7 +522,10 @@ class RunManager:
         for approval_id, pending in list(run.approvals.items()):
             self._resolve_at_finish(run, approval_id, pending.answer)
         for clarify_id in list(run.clarifications):
-            self._resolve_clarify(run, clarify_id, accepted=False, expired=True)
+            if clarify_id in run.answering:  # its answer is on its way: the responder's, as for approvals
+                self._resolve_clarify(run, clarify_id, accepted=True, request_id=run.answering[clarify_id])
+            else:
+                self._resolve_clarify(run, clarify_id, accepted=False, expired=True)
         self._last_tools[run.conversation_id] = list(run.tools.values())
         self.release(run)
         self._transitions[run.conversation_id] += 1
@@ -527,7 +555,7 @@ class RunManager:
         run.cancel_requested = True
         if not run.started.is_set():  # reserved, not yet started (a conversation.delete): let it start first
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(run.started.wait(), timeout=CANCEL_GRACE_SECONDS)
+                await asyncio.wait_for(run.started.wait(), timeout=START_WAIT_SECONDS)
             if not run.hermes_run_id or self._by_conversation.get(conversation_id) is not run:
                 raise NotFound("The run did not start")
         try:
@@ -559,7 +587,9 @@ class RunManager:
                 return  # the run ended meanwhile and resolved it with this answer
             self._resolve_approval(run, approval_id, "deny", accepted=False)
             raise ApprovalNotFound() from None
-        except BaseException:
+        except BaseException as exc:
+            if isinstance(exc, Exception) and approval_id not in run.approvals:
+                return  # the run ended meanwhile and resolved it with this answer
             pending.answer = None  # Hermes never took it: the approval waits for an answer again
             raise
         if choice == "session":
@@ -595,11 +625,13 @@ class RunManager:
         if clarify_id in run.answering:
             raise ClarifyNotFound()  # another client's answer is already on its way
         held_id, _ = run.clarifications[clarify_id]
-        run.answering.add(clarify_id)  # the question may be retired before the answer's reply is back
+        run.answering[clarify_id] = request_id  # the question may be retired before the answer's reply is back
         try:
             answered = await self._answer_clarify(run, clarify_id, held_id, response)
         finally:
-            run.answering.discard(clarify_id)
+            run.answering.pop(clarify_id, None)
+        if clarify_id not in run.clarifications:
+            return  # the run ended meanwhile and resolved it with this answer
         if not answered:
             self._resolve_clarify(run, clarify_id, accepted=False, expired=True)
             raise ClarifyNotFound()

@@ -21,9 +21,10 @@ log = logging.getLogger("pheby.server")
 # The hard ceiling of an inbound WebSocket message. The protocol's limit is 2 MiB, and the app
 # answers a frame over it with `too_large` (the connection stays open), but only for frames
 # uvicorn hands over: one over this ceiling is refused from its header, unread, and the
-# connection closed with 1009 (message too big) and no error frame. 16 MiB leaves that close to
-# frames no client sends by mistake; each connection may buffer one message this big.
-WS_MAX_SIZE = 16 * 1024 * 1024
+# connection closed with 1009 (message too big) and no error frame. Every connection may buffer one
+# message this big, before `hello` too, so it stays small: 4 MiB (no real frame comes near 2 MiB;
+# a chat text is at most 64,000 characters).
+WS_MAX_SIZE = 4 * 1024 * 1024
 WS_PING_SECONDS = 30.0
 # Shutdown budget before uvicorn closes the sockets: runs get this long to end (each cancel waits
 # for Hermes to confirm), then every connection this long to flush its send queue.

@@ -60,6 +60,7 @@ class Services:
         self.runs = RunManager(
             self.hub, self.conversations, hermes.for_account, self._deliver_media, self.conversation_settings
         )
+        self._background: set[asyncio.Task[Any]] = set()
         self.plugin_events = PluginEvents(
             link=self.plugin_link,
             runs=self.runs,
@@ -69,8 +70,8 @@ class Services:
             task_owners=self.task_owners,
             hermes=hermes,
             attachments=self.attachments,
+            background=self.background,
         )
-        self._background: set[asyncio.Task[Any]] = set()
 
     async def _deliver_media(self, turn: AssistantTurn, paths: list[str]) -> None:
         """Copy a turn's `MEDIA:` files into storage and announce each to the account's clients.

@@ -21,11 +21,12 @@ async def stalled_request(server: LiveServer, head: str, first_bytes: bytes) -> 
     try:
         writer.write(head.encode() + b"\r\n" + first_bytes)
         await writer.drain()
-        raw = await asyncio.wait_for(reader.read(65536), timeout=10)
+        head_bytes = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
+        status_line, *header_lines = head_bytes.decode("latin-1").split("\r\n")
+        headers = dict(line.lower().split(": ", 1) for line in header_lines if line)
+        body = await asyncio.wait_for(reader.readexactly(int(headers["content-length"])), timeout=10)
     finally:
         writer.close()
-    status_line, _, rest = raw.partition(b"\r\n")
-    body = rest.partition(b"\r\n\r\n")[2]
     return int(status_line.split()[1]), json.loads(body)
 
 

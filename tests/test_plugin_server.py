@@ -419,8 +419,9 @@ async def test_plugin_pushes_after_message_complete_are_not_relayed(
         **push, "event": "clarify.request", "clarify_id": "c1", "question": "Sure?", "choices": None, "timeout": 5,
     }  # fmt: skip
     async with httpx.AsyncClient(base_url=server.base_url, headers={"X-Pheby-Plugin-Secret": PLUGIN_SECRET}) as http:
-        for late in (late_tool, late_clarify):
-            await http.post("/internal/hermes-plugin/events", json=late)
+        replies = [(await http.post("/internal/hermes-plugin/events", json=late)) for late in (late_tool, late_clarify)]
+        assert [r.status_code for r in replies] == [200, 200]
+        assert replies[1].json()["accepted"] is False  # no client is asked: the plugin lets the run go on
         done = {"event": "media.done", "run_id": hermes_run_id, "offered": 0, "pushed": 0}
         assert (await http.post("/internal/hermes-plugin/events", json=done)).status_code == 200
     finished = await client.expect("run.finished", run_id=run_id)

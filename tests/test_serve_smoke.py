@@ -3,7 +3,7 @@
 The smoke test (`live`) runs one scenario start to finish in a subprocess on S3 (moto's server)
 against the demo Hermes: the start-up checks pass, `/healthz` answers, a WebSocket chat completes,
 an attachment makes a byte-identical round trip through the bucket, a frame just over 2 MiB gets
-`too_large` while one over the 16 MiB ceiling is cut off with 1009, and SIGTERM during a streaming run gives the
+`too_large` while one over the 4 MiB ceiling is cut off with 1009, and SIGTERM during a streaming run gives the
 client its `run.finished` (cancelled) before the 1012 close, and the process exits 0; every line it
 logged is a JSON object (`--log-format json`).
 
@@ -167,7 +167,7 @@ async def test_serve_on_s3_chat_attachment_and_graceful_sigterm(served: Served) 
     assert (await client.request("ping", "pong"))["type"] == "pong"
     flooder = await PhebyClient.connect(served.ws_url, SECRET)
     # Only the frame header announcing more than the ceiling is needed: uvicorn refuses on the length,
-    # before the payload (and the client need not push 16 MiB into a socket the server is closing).
+    # before the payload (and the client need not push megabytes into a socket the server is closing).
     header = bytes([0x81, 0x80 | 127]) + struct.pack("!Q", WS_MAX_SIZE + 1) + os.urandom(4)
     flooder.ws.transport.write(header + b"x" * 1024)
     assert await flooder.closed(timeout=10) == 1009
@@ -284,7 +284,7 @@ def test_serve_without_hermes_url_refuses_with_one_line(tmp_path: Path) -> None:
 def test_uvicorn_settings_of_pheby_serve(make_settings: Callable[..., Settings]) -> None:
     config = build_uvicorn_config(make_settings(hermes_url="http://127.0.0.1:1"))
     assert config.workers == 1
-    assert config.ws_max_size == WS_MAX_SIZE == 16 * MiB  # room above the protocol's 2 MiB for `too_large`
+    assert config.ws_max_size == WS_MAX_SIZE == 4 * MiB  # room above the protocol's 2 MiB for `too_large`
     assert config.ws_ping_interval == 30
     assert config.ws_ping_timeout == 30
 

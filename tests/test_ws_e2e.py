@@ -22,6 +22,7 @@ from hermes_client import HermesNotFound
 from pheby.accounts import Accounts, HermesAccountSettings
 from pheby.db import Database
 from pheby.errors import NotFound
+from pheby.server import WS_MAX_SIZE
 from pheby.settings import Settings
 from tests.live_server import LiveServer, hermes_settings
 from tests.ws_client import Frame, PhebyClient
@@ -305,7 +306,7 @@ async def test_frame_over_two_mib_is_answered_too_large(owner: PhebyClient) -> N
     assert (await owner.request("ping", "pong"))["type"] == "pong"
 
 
-@pytest.mark.parametrize("size", [5 * MiB, 16 * MiB - 1024])
+@pytest.mark.parametrize("size", [3 * MiB, WS_MAX_SIZE - 1024])
 async def test_frames_up_to_the_ceiling_are_answered_too_large(owner: PhebyClient, size: int) -> None:
     frame = json.dumps({"type": "ping", "request_id": "huge", "pad": ""})
     await owner.send_raw(frame.replace('"pad": ""', f'"pad": "{"x" * (size - len(frame))}"'))
@@ -317,7 +318,7 @@ async def test_frames_up_to_the_ceiling_are_answered_too_large(owner: PhebyClien
 
 async def test_frames_over_the_ceiling_close_the_connection_with_1009(owner: PhebyClient) -> None:
     with contextlib.suppress(ConnectionClosed):
-        await owner.send_raw("x" * (16 * MiB + 1))
+        await owner.send_raw("x" * (WS_MAX_SIZE + 1))
     assert await owner.closed() == 1009
 
 
@@ -471,6 +472,41 @@ async def test_a_delete_racing_the_first_send_leaves_no_run_or_session(
             with pytest.raises(HermesNotFound):
                 await hermes.get_session(f"pheby_{conversation_id}")
     await other.close()
+
+
+async def test_a_send_slow_to_start_loses_to_a_delete(
+    owner: PhebyClient, live_server: LiveServer, demo_hermes: DemoHermesServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A send still preparing its input when a delete arrives is refused, and no Hermes run is made;
+    a send arriving while the delete is under way is refused too."""
+    from tests.demo_hermes_server import client_for
+
+    attachments = live_server.services.attachments
+    prepare = attachments.prepare_chat_input
+
+    async def slow_prepare(*args: Any) -> Any:
+        await asyncio.sleep(0.5)
+        return await prepare(*args)
+
+    monkeypatch.setattr(attachments, "prepare_chat_input", slow_prepare)
+    other = await PhebyClient.connect(live_server.ws_url, live_server.secret)
+    third = await PhebyClient.connect(live_server.ws_url, live_server.secret)
+    conversation_id = await new_conversation(owner)
+    send_id = await owner.send("chat.send", conversation_id=conversation_id, text="hello")
+    await asyncio.sleep(0.1)  # the send holds the run slot, preparing
+    delete_id = await other.send("conversation.delete", conversation_id=conversation_id)
+    await asyncio.sleep(0.1)  # the delete is under way, waiting for the send to start
+    late = await third.request("chat.send", "run.accepted", conversation_id=conversation_id, text="late")
+    assert late["error"]["code"] == "conversation_not_found"
+    assert (await other.wait_for(functools.partial(answers, delete_id)))["type"] == "conversation.deleted"
+    refused = await owner.wait_for(functools.partial(answers, send_id))
+    assert refused["error"]["code"] == "conversation_not_found", refused
+    assert owner.seen("run.accepted", conversation_id=conversation_id) == []
+    async with client_for(demo_hermes) as hermes:
+        with pytest.raises(HermesNotFound):
+            await hermes.get_session(f"pheby_{conversation_id}")
+    await other.close()
+    await third.close()
 
 
 # --- runs ------------------------------------------------------------------------------------
@@ -744,6 +780,31 @@ async def test_retired_clarifications_resolve_once_while_the_run_goes_on(
         "clarify.respond", "clarify.resolved", clarify_id=unanswered["clarify_id"], response="x"
     )
     assert stale["error"]["code"] == "clarify_not_found"
+
+
+async def test_a_clarify_answer_in_flight_when_the_run_ends_is_the_responders(
+    start_live_server: Callable[[Settings], LiveServer],
+    live_settings: Callable[..., Settings],
+    make_demo_hermes: Callable[..., DemoHermesServer],
+    clients: list[PhebyClient],
+) -> None:
+    hermes = make_demo_hermes(answer_delay=0.5, delta_delay=0)  # the run ends before the answer's reply
+    server = start_live_server(live_settings(**hermes_settings(hermes)))
+    client = await PhebyClient.connect(server.ws_url, server.secret)
+    clients.append(client)
+    conversation_id = await new_conversation(client)
+    for round_ in range(3):
+        await client.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo clarify")
+        question = await client.expect("clarify.request")
+        request_id = f"c-{round_}"
+        await client.send(
+            "clarify.respond", clarify_id=question["clarify_id"], response="staging", request_id=request_id
+        )
+        await client.expect("run.finished", run_id=question["run_id"])
+        await asyncio.sleep(0.7)  # the answer's reply is back
+        resolved = client.seen("clarify.resolved", clarify_id=question["clarify_id"])
+        assert [(r["accepted"], r.get("request_id")) for r in resolved] == [(True, request_id)]
+    assert client.seen("error") == []
 
 
 async def test_yolo_is_per_conversation_and_survives_restart(

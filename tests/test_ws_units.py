@@ -176,6 +176,7 @@ def anyio_backend() -> str:
         {"type": "model.set", "model": "\u0000"},
         {"type": "model.set", "model": "x" * 257},
         {"type": "model.set", "model": "a\nb"},
+        {"type": "model.set", "model": "gpt-4\n"},
         {"type": "model.set", "model": "ok", "provider": "\u007f"},
         {"type": "model.set", "model": ""},
     ],

@@ -23,18 +23,19 @@ class ConversationDelete(ClientMessage, frozen=True, tag="conversation.delete"):
 async def handle(ctx: WsContext, msg: ConversationDelete) -> None:
     services = ctx.services
     conversation = await services.conversations.get(ctx.account.id, msg.conversation_id)
-    if await _cancel_active_run(services, ctx.account.id, conversation.id):
-        # A first run may have just named the conversation's Hermes session: read it again.
-        conversation = await services.conversations.get(ctx.account.id, conversation.id)
-    client = services.hermes.for_account(ctx.account)
-    for session_id in conversation.session_ids:
-        try:
-            await client.delete_session(session_id)
-        except hc.HermesNotFound:
-            pass
-        except hc.HermesUnavailable:
-            raise Unavailable("Hermes is unavailable; the conversation was not deleted") from None
-    await services.conversations.delete(ctx.account.id, conversation.id)
+    with services.runs.deleting(conversation.id):  # from here on, no new run may start in it
+        if await _cancel_active_run(services, ctx.account.id, conversation.id):
+            # A first run may have just named the conversation's Hermes session: read it again.
+            conversation = await services.conversations.get(ctx.account.id, conversation.id)
+        client = services.hermes.for_account(ctx.account)
+        for session_id in conversation.session_ids:
+            try:
+                await client.delete_session(session_id)
+            except hc.HermesNotFound:
+                pass
+            except hc.HermesUnavailable:
+                raise Unavailable("Hermes is unavailable; the conversation was not deleted") from None
+        await services.conversations.delete(ctx.account.id, conversation.id)
     ctx.reply(ConversationDeleted(conversation_id=conversation.id, request_id=rid(msg.request_id)))
 
 

@@ -9,7 +9,8 @@ from handlers.ws.messages import ClientMessage
 from pheby.events import ModelChanged
 
 # A model or provider name: one line of printable text, of a length Hermes's config can hold.
-Name = Annotated[str, msgspec.Meta(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$")]
+# \A...\Z, not ^...$: msgspec searches the pattern, and $ also matches before a final newline.
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=256, pattern=r"\A[^\x00-\x1f\x7f]+\Z")]
 
 
 class ModelSet(ClientMessage, frozen=True, tag="model.set"):
