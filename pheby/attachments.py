@@ -411,6 +411,18 @@ class Attachments:
         await self._db.transaction(q)
         return [msgspec.structs.replace(a, claimed_at=now, message_id=message_id) for a in attachments]
 
+    async def anchor(self, conversation_id: str, message_ids: dict[str, str]) -> None:
+        """Give a turn's files the ids its messages have in history (see `RunManager._anchor`)."""
+
+        def q(conn: sqlite3.Connection) -> None:
+            for old, new in message_ids.items():
+                conn.execute(
+                    "UPDATE attachments SET message_id = ? WHERE conversation_id = ? AND message_id = ?",
+                    (new, conversation_id, old),
+                )
+
+        await self._db.transaction(q)
+
     async def provider_content(
         self, owner: str, attachment_ids: Sequence[str], vision: bool = False
     ) -> list[dict[str, Any]]:

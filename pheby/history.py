@@ -61,6 +61,20 @@ def display_messages(messages: Sequence[hc.SessionMessage], original_inputs: dic
     return shown
 
 
+def turn_message_ids(messages: Sequence[hc.SessionMessage]) -> tuple[str | None, str | None]:
+    """History's ids of the latest turn: its user message and the answer after it (None when absent)."""
+    user = answer = None
+    for message in reversed(messages):
+        if not isinstance(message.content, str) or not message.content.strip():
+            continue
+        if message.role == "assistant" and answer is None and user is None:
+            answer = f"m{message.id}"
+        elif message.role == "user":
+            user = f"m{message.id}"
+            break
+    return user, answer
+
+
 def page(
     messages: list[HistoryMessage], limit: int, before_message_id: str | None
 ) -> tuple[list[HistoryMessage], bool]:

@@ -30,7 +30,7 @@ from pheby.errors import (
     Unavailable,
     UpstreamFailure,
 )
-from pheby.history import transcript
+from pheby.history import transcript, turn_message_ids
 from pheby.hub import Hub
 from pheby.media_tags import media_paths, strip_media, visible_draft
 from pheby.plugin_link import NO_EXTRAS, PluginExtras
@@ -64,6 +64,8 @@ class AssistantTurn(NamedTuple):
 
 HermesFor = Callable[[Account], hc.HermesClient]
 DeliverMedia = Callable[[AssistantTurn, list[str]], Awaitable[None]]
+# (conversation id, {message id used during the run: the history's id of that message}) → re-anchor files.
+AnchorTurn = Callable[[str, dict[str, str]], Awaitable[None]]
 
 
 class RunPlugin(Protocol):
@@ -108,6 +110,7 @@ class ActiveRun:
         self.client = client
         self.hermes_run_id = ""
         self.message_id = f"draft-{self.run_id}"
+        self.user_message_id = f"user-{self.run_id}"
         self.status = "running"
         self.raw_text = ""
         self.draft = ""
@@ -147,12 +150,14 @@ class RunManager:
         hermes_for: HermesFor,
         deliver_media: DeliverMedia | None = None,
         plugin: RunPlugin | None = None,
+        anchor_turn: AnchorTurn | None = None,
     ) -> None:
         self._hub = hub
         self._conversations = conversations
         self._hermes_for = hermes_for
         self._deliver_media = deliver_media
         self._plugin = plugin
+        self._anchor_turn = anchor_turn
         self._by_hermes: dict[str, ActiveRun] = {}
         self._recent: OrderedDict[str, ActiveRun] = OrderedDict()
         self._by_conversation: dict[str, ActiveRun] = {}
@@ -255,7 +260,7 @@ class RunManager:
             account_id,
             ev.MessageStart(conversation_id=conversation.id, run_id=run.run_id, message_id=run.message_id),
         )
-        run.reader = asyncio.create_task(self._read(run), name=f"run-{run.run_id}")
+        run.reader = asyncio.create_task(self._read_then_anchor(run), name=f"run-{run.run_id}")
         await self._conversations.touch(conversation.id)  # after the reader starts: deltas wait for no one
 
     async def _plugin_extras(self, run: ActiveRun, conversation: Conversation, session_id: str) -> PluginExtras:
@@ -287,6 +292,34 @@ class RunManager:
         ]
 
     # --- the reader ----------------------------------------------------------------------
+
+    async def _read_then_anchor(self, run: ActiveRun) -> None:
+        await self._read(run)
+        await self._anchor(run)
+
+    async def _anchor(self, run: ActiveRun) -> None:
+        """Move the turn's files from the ids used while it ran to the ids history gives its messages.
+
+        During a run the user's turn is `user-<run id>` and the answer `draft-<run id>`; once Hermes
+        has stored the turn, history calls them `m<Hermes id>`, and a reconnecting client must be
+        able to put each file under its message.
+        """
+        if self._anchor_turn is None:
+            return
+        try:
+            conversation = await self._conversations.get(run.account.id, run.conversation_id)
+            messages = await transcript(run.client, conversation.session_ids)
+        except (NotFound, hc.HermesError):
+            return  # deleted meanwhile, or Hermes can't say: the run's ids stay
+        mapping = turn_message_ids(messages)
+        ids = {run.user_message_id: mapping[0]} if mapping[0] else {}
+        if mapping[1] and run.message_completed:
+            ids[run.message_id] = mapping[1]
+        if ids:
+            try:
+                await self._anchor_turn(run.conversation_id, ids)
+            except Exception:
+                log.exception("re-anchoring the files of run %s failed", run.run_id)
 
     async def _read(self, run: ActiveRun) -> None:
         try:

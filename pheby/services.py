@@ -58,7 +58,12 @@ class Services:
         self.plugin_link = PluginLink(settings)
         self.conversation_settings = ConversationSettings(db, self.conversations, hermes, self.models, self.plugin_link)
         self.runs = RunManager(
-            self.hub, self.conversations, hermes.for_account, self._deliver_media, self.conversation_settings
+            self.hub,
+            self.conversations,
+            hermes.for_account,
+            self._deliver_media,
+            self.conversation_settings,
+            anchor_turn=self.attachments.anchor,
         )
         self._background: set[asyncio.Task[Any]] = set()
         self.plugin_events = PluginEvents(

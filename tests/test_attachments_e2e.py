@@ -5,6 +5,7 @@ import json
 import sqlite3
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -224,4 +225,30 @@ async def test_files_that_cant_be_inlined_whole_go_to_the_agent_by_path(live_ser
     for name, (body, _) in files.items():
         line = next(line for line in echo.input.splitlines() if f"[Attachment: {name} (" in line)
         assert Path(line.split(" at ", 1)[1].rstrip("]")).read_bytes() == body
+    await client.close()
+
+
+async def test_after_a_turn_its_files_are_anchored_to_its_history_messages(live_server: LiveServer) -> None:
+    """Live events use the run's ids (user-…, draft-…); the history snapshot uses the messages' own ids."""
+    client = await PhebyClient.connect(live_server.ws_url, live_server.secret)
+    conversation_id = (await client.request("conversation.create", "conversation.created"))["conversation_id"]
+    notes = await upload(live_server, conversation_id, "notes.md", b"# Notes", "text/markdown")
+    for text, ids in (("first", []), ("/demo echo", [notes["attachment_id"]]), ("/demo image", [])):
+        accepted = await client.request(
+            "chat.send", "run.accepted", conversation_id=conversation_id, text=text, attachment_ids=ids
+        )
+        await client.expect("run.finished", run_id=accepted["run_id"])
+
+    history: dict[str, Any] = {}
+    for _ in range(50):  # the files move to the history ids just after each run ends
+        history = await client.request("conversation.open", "conversation.history", conversation_id=conversation_id)
+        if all(a["message_id"].startswith("m") for a in history["attachments"]):
+            break
+        await asyncio.sleep(0.1)
+    by_id = {m["message_id"]: m for m in history["messages"]}
+    anchored = {a["filename"]: by_id[a["message_id"]] for a in history["attachments"]}
+    assert (anchored["notes.md"]["role"], anchored["notes.md"]["text"]) == ("user", "/demo echo")
+    image = next(name for name in anchored if name.endswith(".png"))
+    assert anchored[image]["role"] == "assistant"
+    assert anchored[image] == history["messages"][-1]  # the answer of the last turn
     await client.close()

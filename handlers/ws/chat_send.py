@@ -42,6 +42,6 @@ async def handle(ctx: WsContext, msg: ChatSend) -> None:
         raise
     await services.runs.start(run, conversation, prepared.text, rid(msg.request_id))
     if prepared.attachments:
-        claimed = await services.attachments.claim(prepared.attachments, f"user-{run.run_id}")
+        claimed = await services.attachments.claim(prepared.attachments, run.user_message_id)
         for attachment in claimed:
             ctx.broadcast(AttachmentAdded(conversation_id=conversation.id, attachment=pheby_descriptor(attachment)))
