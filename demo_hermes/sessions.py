@@ -5,7 +5,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["MessageRecord", "SessionRecord", "SessionStore"]
+__all__ = ["COMPACTION_SUMMARY", "MessageRecord", "SessionRecord", "SessionStore"]
+
+# How 0.19.0's context compressor opens the summary it stores in place of the compacted turns.
+COMPACTION_SUMMARY = "[CONTEXT COMPACTION — REFERENCE ONLY] Earlier turns were compacted into the summary below."
 
 
 @dataclass
@@ -120,6 +123,16 @@ class SessionStore:
             record = self.create(session_id, source=source, model=model, has_system_prompt=True)
         record.has_model_config = True
         return record
+
+    def compact(self, session_id: str, keep_last: int) -> None:
+        """Compress a session in place as 0.19.0 does by default: the listed messages become a
+        summary plus fresh copies (new ids) of the last `keep_last`; the rest is no longer listed."""
+        session = self.sessions[session_id]
+        kept = session.messages[-keep_last:] if keep_last else []
+        session.messages = []
+        self.add_message(session, "user", COMPACTION_SUMMARY)
+        for message in kept:
+            self.add_message(session, message.role, message.content)
 
     def delete(self, session_id: str) -> bool:
         return self.sessions.pop(session_id, None) is not None

@@ -1,15 +1,17 @@
 """Conversations: ids, names, YOLO flags and their Hermes sessions — all the SQL of the domain."""
 
+import builtins
 import hashlib
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import msgspec
 
 from pheby.db import Database
 from pheby.errors import BadRequest, ConversationNotFound
+from pheby.events import HistoryMessage
 
 DEFAULT_NAME = "New chat"
 NAME_MAX = 200
@@ -206,6 +208,25 @@ class Conversations:
                 (conversation_id, input_digest(sent_text), original_text),
             )
         )
+
+    async def log_history(self, conversation_id: str, messages: Sequence[HistoryMessage]) -> None:
+        """Keep the messages history shows now (each once), for when Hermes no longer lists them."""
+        rows = [(conversation_id, int(m.message_id[1:]), m.role, m.text, m.ts) for m in messages]
+        await self._db.transaction(
+            lambda c: c.executemany(
+                "INSERT OR IGNORE INTO history_log (conversation_id, hermes_id, role, text, ts) VALUES (?, ?, ?, ?, ?)",
+                rows,
+            )
+        )
+
+    async def logged_history(self, conversation_id: str) -> builtins.list[HistoryMessage]:
+        rows = await self._db.run(
+            lambda c: c.execute(
+                "SELECT hermes_id, role, text, ts FROM history_log WHERE conversation_id = ? ORDER BY hermes_id",
+                (conversation_id,),
+            ).fetchall()
+        )
+        return [HistoryMessage(message_id=f"m{r[0]}", role=r[1], text=r[2], ts=r[3]) for r in rows]
 
     async def original_inputs(self, conversation_id: str) -> dict[str, str]:
         rows = await self._db.run(

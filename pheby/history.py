@@ -61,6 +61,40 @@ def display_messages(messages: Sequence[hc.SessionMessage], original_inputs: dic
     return shown
 
 
+def with_logged(shown: Sequence[HistoryMessage], logged: Sequence[HistoryMessage]) -> list[HistoryMessage]:
+    """The transcript with the logged messages Hermes no longer lists put back, oldest first.
+
+    After an in-place compaction Hermes lists a summary (already left out), fresh copies of the
+    turns it kept, and what came after. A logged message missing from the transcript is an
+    original: it comes back, and the first listed message with its role and text, newer than it,
+    is taken for its copy and left out.
+    """
+    listed = {m.message_id for m in shown}
+    missing = [m for m in logged if m.message_id not in listed]
+    if not missing:
+        return list(shown)
+    copies: set[str] = set()
+    for original in missing:
+        copy = next(
+            (
+                m
+                for m in shown
+                if m.message_id not in copies
+                and (m.role, m.text) == (original.role, original.text)
+                and _number(m) > _number(original)
+            ),
+            None,
+        )
+        if copy is not None:
+            copies.add(copy.message_id)
+    kept = [m for m in shown if m.message_id not in copies]
+    return sorted([*missing, *kept], key=_number)
+
+
+def _number(message: HistoryMessage) -> int:
+    return int(message.message_id[1:])
+
+
 def turn_message_ids(messages: Sequence[hc.SessionMessage]) -> tuple[str | None, str | None]:
     """History's ids of the latest turn: its user message and the answer after it (None when absent)."""
     user = answer = None

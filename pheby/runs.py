@@ -30,7 +30,7 @@ from pheby.errors import (
     Unavailable,
     UpstreamFailure,
 )
-from pheby.history import transcript, turn_message_ids
+from pheby.history import display_messages, transcript, turn_message_ids
 from pheby.hub import Hub
 from pheby.media_tags import media_paths, strip_media, visible_draft
 from pheby.plugin_link import NO_EXTRAS, PluginExtras
@@ -295,27 +295,30 @@ class RunManager:
 
     async def _read_then_anchor(self, run: ActiveRun) -> None:
         await self._read(run)
-        await self._anchor(run)
+        await self._after_turn(run)
 
-    async def _anchor(self, run: ActiveRun) -> None:
-        """Move the turn's files from the ids used while it ran to the ids history gives its messages.
+    async def _after_turn(self, run: ActiveRun) -> None:
+        """Once Hermes has stored the turn: log what history shows, and anchor the turn's files.
 
-        During a run the user's turn is `user-<run id>` and the answer `draft-<run id>`; once Hermes
-        has stored the turn, history calls them `m<Hermes id>`, and a reconnecting client must be
-        able to put each file under its message.
+        The log keeps turns that Hermes's context compression later stops listing. During a run the
+        user's turn is `user-<run id>` and the answer `draft-<run id>`; history calls them
+        `m<Hermes id>`, and a reconnecting client must be able to put each file under its message.
         """
-        if self._anchor_turn is None:
-            return
         try:
             conversation = await self._conversations.get(run.account.id, run.conversation_id)
             messages = await transcript(run.client, conversation.session_ids)
         except (NotFound, hc.HermesError):
             return  # deleted meanwhile, or Hermes can't say: the run's ids stay
+        try:
+            shown = display_messages(messages, await self._conversations.original_inputs(conversation.id))
+            await self._conversations.log_history(conversation.id, shown)
+        except Exception:
+            log.exception("logging the history of conversation %s failed", conversation.id)
         mapping = turn_message_ids(messages)
         ids = {run.user_message_id: mapping[0]} if mapping[0] else {}
         if mapping[1] and run.message_completed:
             ids[run.message_id] = mapping[1]
-        if ids:
+        if ids and self._anchor_turn is not None:
             try:
                 await self._anchor_turn(run.conversation_id, ids)
             except Exception:

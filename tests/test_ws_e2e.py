@@ -509,6 +509,30 @@ async def test_a_send_slow_to_start_loses_to_a_delete(
     await third.close()
 
 
+async def test_history_keeps_the_turns_hermes_compaction_hides(
+    owner: PhebyClient, demo_hermes: DemoHermesServer
+) -> None:
+    conversation_id = await new_conversation(owner)
+    for text in ("one", "two", "three"):
+        await run_to_end(owner, conversation_id, text)
+    before = await owner.request("conversation.open", "conversation.history", conversation_id=conversation_id)
+    assert len(before["messages"]) == 6
+    await asyncio.sleep(0.3)  # the server has logged the last turn
+
+    demo_hermes.app.state.demo.sessions.compact(f"pheby_{conversation_id}", keep_last=2)
+    after = await owner.request("conversation.open", "conversation.history", conversation_id=conversation_id)
+    assert after["messages"] == before["messages"]  # same ids and texts; no summary, no copies
+
+    await run_to_end(owner, conversation_id, "four")
+    latest = await owner.request("conversation.open", "conversation.history", conversation_id=conversation_id)
+    texts = [(m["role"], m["text"]) for m in latest["messages"]]
+    assert texts[:6] == [(m["role"], m["text"]) for m in before["messages"]]
+    assert texts[6:] == [("user", "four"), ("assistant", "You said: four")]
+    page = await owner.request("conversation.open", "conversation.history", conversation_id=conversation_id, limit=3)
+    assert [m["text"] for m in page["messages"]] == ["You said: three", "four", "You said: four"]
+    assert page["has_more"] is True
+
+
 # --- runs ------------------------------------------------------------------------------------
 
 

@@ -3,7 +3,7 @@
 import asyncio
 import json
 from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import msgspec
 import pytest
@@ -15,7 +15,7 @@ from handlers.ws.registry import DECODER
 from pheby.accounts import Account
 from pheby.errors import NotFound, PhebyError, UpstreamFailure
 from pheby.events import HistoryMessage, Pong
-from pheby.history import display_messages, page
+from pheby.history import display_messages, page, with_logged
 from pheby.hub import CLOSE_TRY_AGAIN_LATER, Connection, Hub
 from pheby.media_tags import media_paths, strip_media, visible_draft
 from pheby.redact import REDACTED, redact
@@ -203,3 +203,15 @@ def test_compaction_summaries_are_not_shown_as_turns() -> None:
         ("m2", "user", "What about Friday?"),
         ("m3", "assistant", "Friday works."),
     ]
+
+
+def test_logged_messages_fill_in_what_compaction_hides() -> None:
+    def m(number: int, role: Literal["user", "assistant"], text: str) -> HistoryMessage:
+        return HistoryMessage(message_id=f"m{number}", role=role, text=text, ts=None)
+
+    logged = [m(1, "user", "hi"), m(2, "assistant", "hello"), m(3, "user", "ok"), m(4, "assistant", "sure")]
+    # Compacted: 1-4 no longer listed; 6-7 are fresh copies of 3-4; 8-9 came after (8 repeats "ok").
+    shown = [m(6, "user", "ok"), m(7, "assistant", "sure"), m(8, "user", "ok"), m(9, "assistant", "fine")]
+    merged = with_logged(shown, logged)
+    assert [x.message_id for x in merged] == ["m1", "m2", "m3", "m4", "m8", "m9"]
+    assert with_logged(logged, logged) == logged  # nothing hidden: the transcript as it is
