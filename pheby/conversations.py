@@ -209,9 +209,12 @@ class Conversations:
             )
         )
 
-    async def log_history(self, conversation_id: str, messages: Sequence[HistoryMessage]) -> None:
-        """Keep the messages history shows now (each once), for when Hermes no longer lists them."""
-        rows = [(conversation_id, int(m.message_id[1:]), m.role, m.text, m.ts) for m in messages]
+    async def log_history(self, conversation_id: str, messages: Sequence[HistoryMessage], after_id: int) -> None:
+        """Keep the messages history shows now that are newer than `after_id` (the newest kept so far)."""
+        numbered = ((int(m.message_id[1:]), m) for m in messages)
+        rows = [(conversation_id, n, m.role, m.text, m.ts) for n, m in numbered if n > after_id]
+        if not rows:
+            return
         await self._db.transaction(
             lambda c: c.executemany(
                 "INSERT OR IGNORE INTO history_log (conversation_id, hermes_id, role, text, ts) VALUES (?, ?, ?, ?, ?)",

@@ -39,74 +39,109 @@ async def transcript(client: hc.HermesClient, session_ids: Sequence[str]) -> lis
     return messages
 
 
+def _shown(message: hc.SessionMessage, original_inputs: dict[str, str]) -> HistoryMessage | None:
+    """How history shows one stored message, or None when it doesn't."""
+    if not isinstance(message.content, str):
+        return None
+    role: Literal["user", "assistant"]
+    content = without_compaction_summary(message.content)
+    if message.role == "user":
+        role, text = "user", original_inputs.get(input_digest(content), content)
+    elif message.role == "assistant":
+        role, text = "assistant", strip_media(content)
+    else:
+        return None
+    if not text.strip():
+        return None
+    ts = iso_utc(message.timestamp) if message.timestamp else None
+    return HistoryMessage(message_id=f"m{message.id}", role=role, text=text, ts=ts)
+
+
 def display_messages(messages: Sequence[hc.SessionMessage], original_inputs: dict[str, str]) -> list[HistoryMessage]:
     """Stable ids (`m<Hermes message id>`), roles user/assistant only, the user's own words, and no
     compaction summaries (they are Hermes's notes to the model, not turns anyone wrote)."""
-    shown: list[HistoryMessage] = []
+    return [shown for message in messages if (shown := _shown(message, original_inputs)) is not None]
+
+
+def _is_compaction(content: str) -> bool:
+    return content.startswith(_SUMMARY_PREFIX) or (content.startswith(_MERGED_HEADER) and _MERGED_DELIMITER in content)
+
+
+def compaction_point(messages: Sequence[hc.SessionMessage], original_inputs: dict[str, str]) -> int | None:
+    """Where the transcript's compaction summary sits, counted in shown messages (None without one).
+
+    After an in-place compaction 0.19.0 lists copies of the first turns, the summary (standalone, or
+    merged into the first kept message), copies of the last turns, then what came after.
+    """
+    count = 0
     for message in messages:
-        if not isinstance(message.content, str):
-            continue
-        role: Literal["user", "assistant"]
-        content = without_compaction_summary(message.content)
-        if message.role == "user":
-            role, text = "user", original_inputs.get(input_digest(content), content)
-        elif message.role == "assistant":
-            role, text = "assistant", strip_media(content)
-        else:
-            continue
-        if not text.strip():
-            continue
-        ts = iso_utc(message.timestamp) if message.timestamp else None
-        shown.append(HistoryMessage(message_id=f"m{message.id}", role=role, text=text, ts=ts))
-    return shown
+        if isinstance(message.content, str) and _is_compaction(message.content):
+            return count
+        if _shown(message, original_inputs) is not None:
+            count += 1
+    return None
 
 
-def with_logged(shown: Sequence[HistoryMessage], logged: Sequence[HistoryMessage]) -> list[HistoryMessage]:
+_COPIES_MAX = 200  # Hermes keeps tens of turns around a summary (protect_first_n, protect_last_n)
+
+
+def with_logged(
+    shown: Sequence[HistoryMessage], logged: Sequence[HistoryMessage], compaction_at: int | None
+) -> list[HistoryMessage]:
     """The transcript with the logged messages Hermes no longer lists put back, oldest first.
 
-    After an in-place compaction Hermes lists a summary (already left out), fresh copies of the
-    turns it kept, and what came after. A logged message missing from the transcript is an
-    original: it comes back, and the first listed message with its role and text, newer than it,
-    is taken for its copy and left out.
+    Hidden originals come back with their own ids. The copies Hermes made of them are the messages
+    right around the summary that repeat the first and the last hidden ones, in order; they are
+    left out. Nothing else is taken for a copy, so a message typed again later stays.
     """
     listed = {m.message_id for m in shown}
     missing = [m for m in logged if m.message_id not in listed]
     if not missing:
         return list(shown)
     copies: set[str] = set()
-    for original in missing:
-        copy = next(
-            (
-                m
-                for m in shown
-                if m.message_id not in copies
-                and (m.role, m.text) == (original.role, original.text)
-                and _number(m) > _number(original)
-            ),
-            None,
-        )
-        if copy is not None:
-            copies.add(copy.message_id)
-    kept = [m for m in shown if m.message_id not in copies]
-    return sorted([*missing, *kept], key=_number)
+    if compaction_at is not None:
+        head, after = shown[:compaction_at], shown[compaction_at:]
+        k = 0
+        while k < min(len(head), len(missing)) and _same(head[k], missing[k]):
+            k += 1
+        copies.update(m.message_id for m in head[:k])
+        for k in range(min(len(after), len(missing), _COPIES_MAX), 0, -1):
+            if all(_same(a, b) for a, b in zip(after[:k], missing[-k:], strict=True)):
+                copies.update(m.message_id for m in after[:k])
+                break
+    return sorted([*missing, *(m for m in shown if m.message_id not in copies)], key=_number)
+
+
+def history_messages(
+    messages: Sequence[hc.SessionMessage], original_inputs: dict[str, str], logged: Sequence[HistoryMessage]
+) -> list[HistoryMessage]:
+    """What history shows: the transcript as displayed, with what compaction hid put back."""
+    return with_logged(display_messages(messages, original_inputs), logged, compaction_point(messages, original_inputs))
+
+
+def _same(a: HistoryMessage, b: HistoryMessage) -> bool:
+    return (a.role, a.text) == (b.role, b.text)
 
 
 def _number(message: HistoryMessage) -> int:
     return int(message.message_id[1:])
 
 
-def turn_message_ids(messages: Sequence[hc.SessionMessage]) -> tuple[str | None, str | None]:
-    """History's ids of the latest turn: its user message and the answer after it (None when absent)."""
-    user = answer = None
-    for message in reversed(messages):
-        if not isinstance(message.content, str) or not message.content.strip():
-            continue
-        if message.role == "assistant" and answer is None and user is None:
-            answer = f"m{message.id}"
-        elif message.role == "user":
-            user = f"m{message.id}"
-            break
-    return user, answer
+def turn_message_ids(
+    messages: Sequence[hc.SessionMessage], shown: Sequence[HistoryMessage], after_id: int, sent_text: str
+) -> tuple[str | None, str | None]:
+    """History's ids of one turn: the first user message stored after `after_id` with the text sent,
+    and the last shown answer before the next user message (None when absent)."""
+    user = next((m for m in messages if m.role == "user" and m.id > after_id and m.content == sent_text), None)
+    if user is None:
+        return None, None
+    next_user = next((m.id for m in messages if m.role == "user" and m.id > user.id), None)
+    answers = [
+        m.message_id
+        for m in shown
+        if m.role == "assistant" and user.id < _number(m) and (next_user is None or _number(m) < next_user)
+    ]
+    return f"m{user.id}", answers[-1] if answers else None
 
 
 def page(

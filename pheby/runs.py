@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import sqlite3
 import time
 import uuid
 from collections import Counter, OrderedDict, defaultdict, deque
@@ -30,7 +31,7 @@ from pheby.errors import (
     Unavailable,
     UpstreamFailure,
 )
-from pheby.history import display_messages, transcript, turn_message_ids
+from pheby.history import history_messages, transcript, turn_message_ids
 from pheby.hub import Hub
 from pheby.media_tags import media_paths, strip_media, visible_draft
 from pheby.plugin_link import NO_EXTRAS, PluginExtras
@@ -111,6 +112,8 @@ class ActiveRun:
         self.hermes_run_id = ""
         self.message_id = f"draft-{self.run_id}"
         self.user_message_id = f"user-{self.run_id}"
+        self.sent_text = ""  # the input as Hermes stores it (attachments inlined)
+        self.stored_before = 0  # the newest Hermes message id when the run started: its turn comes after
         self.status = "running"
         self.raw_text = ""
         self.draft = ""
@@ -166,6 +169,7 @@ class RunManager:
         self._last_tools: dict[str, list[ev.ToolState]] = {}
         self._transitions: Counter[str] = Counter()
         self._deleting: set[str] = set()  # conversations being deleted: no new run may start
+        self._readers: set[asyncio.Task[None]] = set()  # each run's reader, with its after-turn work
 
     # --- queries -------------------------------------------------------------------------
 
@@ -227,9 +231,15 @@ class RunManager:
         try:
             session_id = hermes_session_id(conversation)
             run.extras = await self._plugin_extras(run, conversation, session_id)
+            stored = await transcript(run.client, conversation.session_ids)
+            run.sent_text, run.stored_before = hermes_input, max((m.id for m in stored), default=0)
+            try:
+                await self._log_history(conversation.id, stored)  # before this run can compact it away
+            except sqlite3.Error:
+                log.exception("logging the history of conversation %s failed", conversation.id)
             # With the plugin's tool-aware history, Hermes gets the stored turns; else the text-only ones.
-            history = None if run.extras.history else await self._history(run.client, conversation)
-            if run.cancel_requested:  # the conversation is being deleted: don't make the run at all
+            history = None if run.extras.history else _text_turns(stored)
+            if conversation.id in self._deleting:  # don't make a run in a conversation being deleted
                 raise ConversationNotFound()
             # Before the run is made: between its first plugin pushes and run.accepted nothing may await.
             if conversation.session_id is None:
@@ -261,6 +271,8 @@ class RunManager:
             ev.MessageStart(conversation_id=conversation.id, run_id=run.run_id, message_id=run.message_id),
         )
         run.reader = asyncio.create_task(self._read_then_anchor(run), name=f"run-{run.run_id}")
+        self._readers.add(run.reader)
+        run.reader.add_done_callback(self._readers.discard)
         await self._conversations.touch(conversation.id)  # after the reader starts: deltas wait for no one
 
     async def _plugin_extras(self, run: ActiveRun, conversation: Conversation, session_id: str) -> PluginExtras:
@@ -283,19 +295,22 @@ class RunManager:
                 lambda event: self._tool_completed(run, event),
             )
 
-    async def _history(self, client: hc.HermesClient, conversation: Conversation) -> list[dict[str, str]]:
-        """User/assistant turns with text, oldest first (0.19.0 doesn't load history for /v1/runs)."""
-        return [
-            {"role": message.role, "content": message.content}
-            for message in await transcript(client, conversation.session_ids)
-            if message.role in ("user", "assistant") and isinstance(message.content, str) and message.content.strip()
-        ]
+    async def _log_history(self, conversation_id: str, stored: list[hc.SessionMessage]) -> list[ev.HistoryMessage]:
+        """Keep what history shows now (see `pheby.history.with_logged`); return it."""
+        logged = await self._conversations.logged_history(conversation_id)
+        shown = history_messages(stored, await self._conversations.original_inputs(conversation_id), logged)
+        newest = max((int(m.message_id[1:]) for m in logged), default=0)
+        await self._conversations.log_history(conversation_id, shown, newest)
+        return shown
 
     # --- the reader ----------------------------------------------------------------------
 
     async def _read_then_anchor(self, run: ActiveRun) -> None:
         await self._read(run)
-        await self._after_turn(run)
+        try:
+            await self._after_turn(run)
+        except Exception:
+            log.exception("after run %s: logging its history or anchoring its files failed", run.run_id)
 
     async def _after_turn(self, run: ActiveRun) -> None:
         """Once Hermes has stored the turn: log what history shows, and anchor the turn's files.
@@ -306,23 +321,17 @@ class RunManager:
         """
         try:
             conversation = await self._conversations.get(run.account.id, run.conversation_id)
-            messages = await transcript(run.client, conversation.session_ids)
-        except (NotFound, hc.HermesError):
+            stored = await transcript(run.client, conversation.session_ids)
+            shown = await self._log_history(conversation.id, stored)
+        except (NotFound, hc.HermesError, sqlite3.IntegrityError):
             return  # deleted meanwhile, or Hermes can't say: the run's ids stay
-        try:
-            shown = display_messages(messages, await self._conversations.original_inputs(conversation.id))
-            await self._conversations.log_history(conversation.id, shown)
-        except Exception:
-            log.exception("logging the history of conversation %s failed", conversation.id)
-        mapping = turn_message_ids(messages)
-        ids = {run.user_message_id: mapping[0]} if mapping[0] else {}
-        if mapping[1] and run.message_completed:
-            ids[run.message_id] = mapping[1]
+        user_id, answer_id = turn_message_ids(stored, shown, run.stored_before, run.sent_text)
+        ids = {run.user_message_id: user_id} if user_id else {}
+        if answer_id and run.message_completed:
+            ids[run.message_id] = answer_id
         if ids and self._anchor_turn is not None:
-            try:
-                await self._anchor_turn(run.conversation_id, ids)
-            except Exception:
-                log.exception("re-anchoring the files of run %s failed", run.run_id)
+            await self._anchor_turn(run.conversation_id, ids)
+            self._transitions[run.conversation_id] += 1  # a snapshot read meanwhile is read again
 
     async def _read(self, run: ActiveRun) -> None:
         try:
@@ -588,12 +597,15 @@ class RunManager:
         run = self._by_conversation.get(conversation_id)
         if run is None or run.run_id != run_id or run.account.id != account_id or run.finished.is_set():
             raise NotFound("No such active run")
-        run.cancel_requested = True
-        if not run.started.is_set():  # reserved, not yet started (a conversation.delete): let it start first
+        if not run.started.is_set():  # reserved, not yet started
+            if conversation_id not in self._deleting:
+                raise NotFound("The run has not started yet")
+            # A delete: the start sees the conversation going and makes no run, or made one just now.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(run.started.wait(), timeout=START_WAIT_SECONDS)
             if not run.hermes_run_id or self._by_conversation.get(conversation_id) is not run:
                 raise NotFound("The run did not start")
+        run.cancel_requested = True
         try:
             await run.client.stop_run(run.hermes_run_id)
         except hc.HermesNotFound:
@@ -664,6 +676,10 @@ class RunManager:
         run.answering[clarify_id] = request_id  # the question may be retired before the answer's reply is back
         try:
             answered = await self._answer_clarify(run, clarify_id, held_id, response)
+        except Exception:
+            if clarify_id not in run.clarifications:
+                return  # the run ended meanwhile and resolved it with this answer
+            raise
         finally:
             run.answering.pop(clarify_id, None)
         if clarify_id not in run.clarifications:
@@ -794,7 +810,7 @@ class RunManager:
 
     async def shutdown(self) -> None:
         """Stop every active run, all at once, so each client sees its `run.finished`."""
-        runs = list(self._by_conversation.values())
+        runs = [run for run in self._by_conversation.values() if run.hermes_run_id]  # not those still starting
 
         async def stop(run: ActiveRun) -> None:
             try:
@@ -803,9 +819,10 @@ class RunManager:
                 self._finish(run, "cancelled")
 
         await asyncio.gather(*(stop(run) for run in runs))
-        for run in runs:
-            if run.reader is not None and not run.reader.done():
-                run.reader.cancel()
+        readers = list(self._readers)  # also those of runs just finished, still logging their turn
+        for reader in readers:
+            reader.cancel()
+        await asyncio.gather(*readers, return_exceptions=True)
 
 
 def _tool_outcome(event: hc.ToolCompleted, *, cancelling: bool) -> ev.ToolStatus:
@@ -818,3 +835,12 @@ def _tool_outcome(event: hc.ToolCompleted, *, cancelling: bool) -> ev.ToolStatus
 def _short(text: str, limit: int = 500) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _text_turns(stored: list[hc.SessionMessage]) -> list[dict[str, str]]:
+    """User/assistant turns with text, oldest first (0.19.0 doesn't load history for /v1/runs)."""
+    return [
+        {"role": message.role, "content": message.content}
+        for message in stored
+        if message.role in ("user", "assistant") and isinstance(message.content, str) and message.content.strip()
+    ]

@@ -252,3 +252,34 @@ async def test_after_a_turn_its_files_are_anchored_to_its_history_messages(live_
     assert anchored[image]["role"] == "assistant"
     assert anchored[image] == history["messages"][-1]  # the answer of the last turn
     await client.close()
+
+
+async def test_files_stay_with_their_turn_when_the_next_send_comes_at_once(
+    live_server: LiveServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs = live_server.services.runs
+    after_turn = runs._after_turn
+
+    async def late_after_turn(run: Any) -> None:
+        await asyncio.sleep(0.5)  # the next turn is stored by then
+        await after_turn(run)
+
+    monkeypatch.setattr(runs, "_after_turn", late_after_turn)
+    client = await PhebyClient.connect(live_server.ws_url, live_server.secret)
+    conversation_id = (await client.request("conversation.create", "conversation.created"))["conversation_id"]
+    notes = await upload(live_server, conversation_id, "notes.md", b"# Notes", "text/markdown")
+    first = await client.request(
+        "chat.send",
+        "run.accepted",
+        conversation_id=conversation_id,
+        text="first",
+        attachment_ids=[notes["attachment_id"]],
+    )
+    await client.expect("run.finished", run_id=first["run_id"])
+    second = await client.request("chat.send", "run.accepted", conversation_id=conversation_id, text="second")
+    await client.expect("run.finished", run_id=second["run_id"])
+    await asyncio.sleep(1.2)
+    history = await client.request("conversation.open", "conversation.history", conversation_id=conversation_id)
+    by_id = {m["message_id"]: m["text"] for m in history["messages"]}
+    assert [by_id[a["message_id"]] for a in history["attachments"]] == ["first"]
+    await client.close()

@@ -3,7 +3,7 @@
 import asyncio
 import json
 from types import SimpleNamespace
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import msgspec
 import pytest
@@ -15,7 +15,7 @@ from handlers.ws.registry import DECODER
 from pheby.accounts import Account
 from pheby.errors import NotFound, PhebyError, UpstreamFailure
 from pheby.events import HistoryMessage, Pong
-from pheby.history import display_messages, page, with_logged
+from pheby.history import display_messages, history_messages, page, turn_message_ids
 from pheby.hub import CLOSE_TRY_AGAIN_LATER, Connection, Hub
 from pheby.media_tags import media_paths, strip_media, visible_draft
 from pheby.redact import REDACTED, redact
@@ -205,13 +205,42 @@ def test_compaction_summaries_are_not_shown_as_turns() -> None:
     ]
 
 
-def test_logged_messages_fill_in_what_compaction_hides() -> None:
-    def m(number: int, role: Literal["user", "assistant"], text: str) -> HistoryMessage:
-        return HistoryMessage(message_id=f"m{number}", role=role, text=text, ts=None)
+SUMMARY = "[CONTEXT COMPACTION — REFERENCE ONLY] Earlier turns were compacted into the summary below."
 
-    logged = [m(1, "user", "hi"), m(2, "assistant", "hello"), m(3, "user", "ok"), m(4, "assistant", "sure")]
-    # Compacted: 1-4 no longer listed; 6-7 are fresh copies of 3-4; 8-9 came after (8 repeats "ok").
-    shown = [m(6, "user", "ok"), m(7, "assistant", "sure"), m(8, "user", "ok"), m(9, "assistant", "fine")]
-    merged = with_logged(shown, logged)
-    assert [x.message_id for x in merged] == ["m1", "m2", "m3", "m4", "m8", "m9"]
-    assert with_logged(logged, logged) == logged  # nothing hidden: the transcript as it is
+
+def stored(*rows: tuple[int, str, str]) -> list[hc.SessionMessage]:
+    return [hc.SessionMessage(id=n, role=role, content=text) for n, role, text in rows]
+
+
+def shown_as(messages: list[HistoryMessage]) -> list[tuple[str, str]]:
+    return [(m.message_id, m.text) for m in messages]
+
+
+def test_logged_messages_fill_in_what_compaction_hides() -> None:
+    before = stored((1, "user", "hi"), (2, "assistant", "hello"), (3, "user", "yes"), (4, "assistant", "sure"))
+    logged = history_messages(before, {}, [])
+    assert history_messages(before, {}, logged) == logged  # nothing hidden: the transcript as it is
+    # Compacted in place: a copy of the first message, the summary, copies of the last two, then a new
+    # turn that says "yes" again: it is no copy and stays.
+    after = stored(
+        (5, "user", "hi"), (6, "user", SUMMARY), (7, "user", "yes"), (8, "assistant", "sure"),
+        (9, "user", "yes"), (10, "assistant", "again"),
+    )  # fmt: skip
+    merged = history_messages(after, {}, logged)
+    assert shown_as(merged) == [("m1", "hi"), ("m2", "hello"), ("m3", "yes"), ("m4", "sure"), ("m9", "yes"),
+                                ("m10", "again")]  # fmt: skip
+
+    # Logged as shown (copies left out), then compacted again: still every turn once.
+    relogged = sorted({m.message_id: m for m in [*logged, *merged]}.values(), key=lambda m: int(m.message_id[1:]))
+    twice = stored((11, "user", "hi"), (12, "user", SUMMARY), (13, "user", "yes"), (14, "assistant", "again"))
+    assert shown_as(history_messages(twice, {}, relogged)) == shown_as(merged)
+
+
+def test_a_turns_messages_are_found_after_where_it_started() -> None:
+    messages = stored(
+        (1, "user", "ok"), (2, "assistant", "first"), (3, "user", "ok"), (4, "assistant", ""),
+        (5, "assistant", "MEDIA:/tmp/a.png"), (6, "assistant", "done"), (7, "user", "ok"), (8, "assistant", "next"),
+    )  # fmt: skip
+    shown = display_messages(messages, {})
+    assert turn_message_ids(messages, shown, 2, "ok") == ("m3", "m6")  # not the next run's "ok", nor a MEDIA-only row
+    assert turn_message_ids(messages, shown, 8, "ok") == (None, None)  # not stored: nothing is anchored

@@ -22,14 +22,7 @@ from pheby.attachments import Attachment, pheby_descriptor
 from pheby.conversations import Conversation
 from pheby.errors import Unavailable
 from pheby.events import ConversationHistory, HistoryMessage
-from pheby.history import (
-    HISTORY_LIMIT_DEFAULT,
-    HISTORY_LIMIT_MAX,
-    display_messages,
-    page,
-    transcript,
-    with_logged,
-)
+from pheby.history import HISTORY_LIMIT_DEFAULT, HISTORY_LIMIT_MAX, history_messages, page, transcript
 
 # Reads of the stored part before the snapshot goes out regardless (a busy conversation could
 # otherwise keep it waiting); a turn that finishes during the last read arrives as live events.
@@ -83,7 +76,7 @@ async def _read_stored(ctx: WsContext, msg: ConversationOpen) -> _Stored:
         raise Unavailable("Hermes is unavailable; history can't be loaded right now") from None
     originals = await services.conversations.original_inputs(conversation.id)
     logged = await services.conversations.logged_history(conversation.id)
-    shown = with_logged(display_messages(stored, originals), logged)
+    shown = history_messages(stored, originals, logged)
     messages, has_more = page(shown, min(msg.limit, HISTORY_LIMIT_MAX), msg.before_message_id)
     attachments = await services.attachments.for_conversation(ctx.account.id, conversation.id)  # the last await
     return _Stored(conversation, messages, has_more, attachments)
