@@ -572,6 +572,12 @@ class RunManager:
             else:
                 self._resolve_clarify(run, clarify_id, accepted=False, expired=True)
         self._last_tools[run.conversation_id] = list(run.tools.values())
+        if not run.message_completed:  # cancelled or failed: the turn still ends with its message, as drafted
+            run.message_completed = True
+            self._hub.broadcast(
+                run.account.id,
+                ev.MessageComplete(conversation_id=run.conversation_id, message_id=run.message_id, text=run.draft),
+            )
         self.release(run)
         self._transitions[run.conversation_id] += 1
         self._hub.broadcast(

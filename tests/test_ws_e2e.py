@@ -608,6 +608,10 @@ async def test_one_run_per_conversation_and_cancel(owner: PhebyClient) -> None:
     await owner.send("run.cancel", conversation_id=conversation_id, run_id=run_id)
     finished = await owner.expect("run.finished", run_id=run_id, timeout=5)
     assert finished["status"] == "cancelled"
+    drafted = owner.seen("message.delta", conversation_id=conversation_id)[-1]["text"]
+    completed = owner.seen("message.complete", conversation_id=conversation_id)
+    assert [c["text"] for c in completed] == [drafted]  # the turn ends with what was drafted, before run.finished
+    assert owner.frames.index(completed[0]) < owner.frames.index(finished)
     await asyncio.sleep(0.5)
     assert len(owner.seen("run.finished", run_id=run_id)) == 1
     late = await owner.request("run.cancel", "run.finished", conversation_id=conversation_id, run_id=run_id)
@@ -624,6 +628,8 @@ async def test_failed_run(owner: PhebyClient) -> None:
     assert finished["status"] == "failed"
     assert finished["error"]
     assert [f["type"] for f in frames[:2]] == ["run.accepted", "message.start"]
+    assert frames[-2]["type"] == "message.complete"  # the spec's state machine holds for a failed turn too
+    assert frames[-2]["message_id"] == frames[1]["message_id"]
 
 
 async def test_tool_events_are_structured_and_redacted(owner: PhebyClient) -> None:
