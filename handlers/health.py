@@ -1,8 +1,8 @@
-"""GET /healthz — liveness, no auth."""
+"""GET (and HEAD) /healthz — liveness, no auth; load balancers often probe with HEAD."""
 
-from litestar import get
+from litestar import HttpMethod, route
 
 
-@get("/healthz", tags=["health"], sync_to_thread=False)
+@route("/healthz", http_method=[HttpMethod.GET, HttpMethod.HEAD], tags=["health"], sync_to_thread=False)
 def healthz() -> dict[str, str]:
     return {"status": "ok"}

@@ -19,6 +19,8 @@ async def test_healthz_needs_no_auth(make_settings: Callable[..., Settings]) -> 
         assert response.status_code == 200
         assert response.json() == {"status": "ok"}
         assert response.headers["x-content-type-options"] == "nosniff"
+        probe = await client.head("/healthz")
+        assert (probe.status_code, probe.content) == (200, b"")
 
 
 async def test_openapi_schema_is_served(make_settings: Callable[..., Settings]) -> None:
