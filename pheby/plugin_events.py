@@ -9,8 +9,8 @@ credential opens them, and without a configured plugin they do not exist (404).
 
 import asyncio
 import logging
-from collections.abc import AsyncIterable, Awaitable, Callable, Mapping
-from typing import Any, Final
+from collections.abc import AsyncIterable, Awaitable, Mapping
+from typing import Any, Final, Protocol
 
 import msgspec
 
@@ -28,6 +28,13 @@ from pheby.runs import RunManager
 from pheby.task_owners import TaskOwners
 
 log = logging.getLogger(__name__)
+
+
+class BackgroundTasks(Protocol):
+    """`Services.background`: keeps a task alive; `finish_at_shutdown` lets it end before shutdown."""
+
+    def __call__(self, task: asyncio.Task[Any], *, finish_at_shutdown: bool = ...) -> None: ...
+
 
 SECRET_HEADER: Final = "x-pheby-plugin-secret"  # noqa: S105 - a header name, not a secret
 PROXY_HEADERS: Final = ("forwarded", "x-forwarded-for")
@@ -115,7 +122,7 @@ class PluginEvents:
         task_owners: TaskOwners,
         hermes: HermesClients,
         attachments: Attachments,
-        background: Callable[[asyncio.Task[Any]], None],
+        background: BackgroundTasks,
     ) -> None:
         self._link = link
         self._background = background
@@ -189,7 +196,8 @@ class PluginEvents:
         filing = file_cron_output(
             self._conversations, self._hub, self._runs, account, push.job_id, push.session_id, name, push.text
         )
-        self._background(asyncio.create_task(_logged(filing, push.session_id), name=f"cron-{push.session_id}"))
+        task = asyncio.create_task(_logged(filing, push.session_id), name=f"cron-{push.session_id}")
+        self._background(task, finish_at_shutdown=True)  # the session is marked seen: polling won't redo it
         return True
 
     async def _cron_account(self, job_id: str) -> Account | None:

@@ -30,6 +30,7 @@ from pheby.tasks import Tasks
 from storage import BlobStore, open_blob_store
 
 log = logging.getLogger("pheby.services")
+BACKGROUND_FINISH_SECONDS = 5.0  # how long shutdown waits for background work that must not be cut off
 
 
 class Services:
@@ -66,6 +67,7 @@ class Services:
             anchor_turn=self.attachments.anchor,
         )
         self._background: set[asyncio.Task[Any]] = set()
+        self._finishing: set[asyncio.Task[Any]] = set()
         self.plugin_events = PluginEvents(
             link=self.plugin_link,
             runs=self.runs,
@@ -100,12 +102,18 @@ class Services:
                     AttachmentAdded(conversation_id=turn.conversation_id, attachment=pheby_descriptor(attachment)),
                 )
 
-    def background(self, task: asyncio.Task[Any]) -> None:
-        """Keep a fire-and-forget task alive until it ends (and cancel it on shutdown)."""
+    def background(self, task: asyncio.Task[Any], *, finish_at_shutdown: bool = False) -> None:
+        """Keep a fire-and-forget task alive until it ends; on shutdown it is cancelled, or, with
+        `finish_at_shutdown` (short work that must not be lost halfway), given a moment to end first."""
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+        if finish_at_shutdown:
+            self._finishing.add(task)
+            task.add_done_callback(self._finishing.discard)
 
     async def stop_background(self) -> None:
+        if self._finishing:
+            await asyncio.wait(list(self._finishing), timeout=BACKGROUND_FINISH_SECONDS)
         for task in list(self._background):
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
