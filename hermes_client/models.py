@@ -126,7 +126,7 @@ class SessionMessage(_Response, frozen=True):
 
     id: int
     role: str
-    content: str | None = None
+    content: str | list[Any] | None = None  # a list of parts for multimodal messages (tool images)
     session_id: str | None = None
     tool_call_id: str | None = None
     tool_calls: list[dict[str, Any]] | None = None

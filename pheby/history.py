@@ -132,7 +132,15 @@ def turn_message_ids(
 ) -> tuple[str | None, str | None]:
     """History's ids of one turn: the first user message stored after `after_id` with the text sent,
     and the last shown answer before the next user message (None when absent)."""
-    user = next((m for m in messages if m.role == "user" and m.id > after_id and m.content == sent_text), None)
+    shown_ids = {m.message_id for m in shown}  # never a copy Hermes made of an older, identical message
+    user = next(
+        (
+            m
+            for m in messages
+            if m.role == "user" and m.id > after_id and m.content == sent_text and f"m{m.id}" in shown_ids
+        ),
+        None,
+    )
     if user is None:
         return None, None
     next_user = next((m.id for m in messages if m.role == "user" and m.id > user.id), None)

@@ -41,6 +41,8 @@ from pheby.tool_merge import ToolMerge
 log = logging.getLogger("pheby.runs")
 
 CANCEL_GRACE_SECONDS = 5.0
+SHUTDOWN_START_WAIT_SECONDS = 3.0
+SHUTDOWN_AFTER_TURN_SECONDS = 3.0
 START_WAIT_SECONDS = 30.0  # a cancel of a run still starting waits this long for Hermes to name it
 RUN_INSTRUCTIONS = (
     "You are talking with the user through the Pheby app, which renders Markdown. "
@@ -134,6 +136,11 @@ class ActiveRun:
         self.media_done = asyncio.Event()
         self.media_fallback = False
         self.plugin_clarify: set[str] = set()
+
+    @property
+    def made(self) -> bool:
+        """Whether Hermes has made the run (so it can be stopped)."""
+        return bool(self.hermes_run_id)
 
     @property
     def turn(self) -> AssistantTurn:
@@ -231,14 +238,15 @@ class RunManager:
         try:
             session_id = hermes_session_id(conversation)
             run.extras = await self._plugin_extras(run, conversation, session_id)
-            stored = await transcript(run.client, conversation.session_ids)
-            run.sent_text, run.stored_before = hermes_input, max((m.id for m in stored), default=0)
-            try:
-                await self._log_history(conversation.id, stored)  # before this run can compact it away
-            except sqlite3.Error:
-                log.exception("logging the history of conversation %s failed", conversation.id)
+            stored = await self._stored_turns(run, conversation)
+            if stored is not None:
+                run.sent_text, run.stored_before = hermes_input, max((m.id for m in stored), default=0)
+                try:
+                    await self._log_history(conversation.id, stored)  # before this run can compact it away
+                except sqlite3.Error:
+                    log.exception("logging the history of conversation %s failed", conversation.id)
             # With the plugin's tool-aware history, Hermes gets the stored turns; else the text-only ones.
-            history = None if run.extras.history else _text_turns(stored)
+            history = None if run.extras.history else _text_turns(stored or [])
             if conversation.id in self._deleting:  # don't make a run in a conversation being deleted
                 raise ConversationNotFound()
             # Before the run is made: between its first plugin pushes and run.accepted nothing may await.
@@ -251,6 +259,7 @@ class RunManager:
                 instructions=RUN_INSTRUCTIONS,
             )
             self._watch_plugin(run, handle.run_id)
+            run.started.set()  # from here a cancel can stop it
         except hc.HermesUnavailable:
             self.release(run)
             raise Unavailable("Hermes is unavailable right now; try again") from None
@@ -294,6 +303,17 @@ class RunManager:
                 lambda event: self._tool_started(run, event),
                 lambda event: self._tool_completed(run, event),
             )
+
+    async def _stored_turns(self, run: ActiveRun, conversation: Conversation) -> list[hc.SessionMessage] | None:
+        """The transcript before the run. Without it the run can't be sent (no history), unless the
+        plugin supplies the history: then the run goes ahead, unlogged and its files unanchored (None)."""
+        try:
+            return await transcript(run.client, conversation.session_ids)
+        except hc.HermesError:
+            if not run.extras.history:
+                raise
+            log.warning("conversation %s: transcript unreadable before a run; running without logging it", run.run_id)
+            return None
 
     async def _log_history(self, conversation_id: str, stored: list[hc.SessionMessage]) -> list[ev.HistoryMessage]:
         """Keep what history shows now (see `pheby.history.with_logged`); return it."""
@@ -603,13 +623,11 @@ class RunManager:
         run = self._by_conversation.get(conversation_id)
         if run is None or run.run_id != run_id or run.account.id != account_id or run.finished.is_set():
             raise NotFound("No such active run")
-        if not run.started.is_set():  # reserved, not yet started
+        if not run.made:  # reserved, no Hermes run made yet
             if conversation_id not in self._deleting:
                 raise NotFound("The run has not started yet")
             # A delete: the start sees the conversation going and makes no run, or made one just now.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(run.started.wait(), timeout=START_WAIT_SECONDS)
-            if not run.hermes_run_id or self._by_conversation.get(conversation_id) is not run:
+            if not await _made_in_time(run) or self._by_conversation.get(conversation_id) is not run:
                 raise NotFound("The run did not start")
         run.cancel_requested = True
         try:
@@ -816,7 +834,10 @@ class RunManager:
 
     async def shutdown(self) -> None:
         """Stop every active run, all at once, so each client sees its `run.finished`."""
-        runs = [run for run in self._by_conversation.values() if run.hermes_run_id]  # not those still starting
+        starting = [run.started.wait() for run in self._by_conversation.values() if not run.hermes_run_id]
+        with contextlib.suppress(TimeoutError):  # a run being made now is stopped too, once Hermes names it
+            await asyncio.wait_for(asyncio.gather(*starting), timeout=SHUTDOWN_START_WAIT_SECONDS)
+        runs = [run for run in self._by_conversation.values() if run.hermes_run_id]
 
         async def stop(run: ActiveRun) -> None:
             try:
@@ -826,9 +847,18 @@ class RunManager:
 
         await asyncio.gather(*(stop(run) for run in runs))
         readers = list(self._readers)  # also those of runs just finished, still logging their turn
+        if readers:  # a moment for that work (a transcript read, a few rows), then whatever is left stops
+            await asyncio.wait(readers, timeout=SHUTDOWN_AFTER_TURN_SECONDS)
         for reader in readers:
             reader.cancel()
         await asyncio.gather(*readers, return_exceptions=True)
+
+
+async def _made_in_time(run: ActiveRun) -> bool:
+    """Wait (bounded) for a reserved run's start to end; whether it made the Hermes run."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(run.started.wait(), timeout=START_WAIT_SECONDS)
+    return run.made
 
 
 def _tool_outcome(event: hc.ToolCompleted, *, cancelling: bool) -> ev.ToolStatus:

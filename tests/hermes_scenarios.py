@@ -447,7 +447,9 @@ async def jobs_lifecycle(
         messages = await client.session_messages(cron_session.id)
         roles = [m.role for m in messages]
         assert (roles[0], roles[-1]) == ("user", "assistant"), roles
-        assert (messages[0].content or "").endswith(prompts.cron), "the user message ends with the job prompt"
+        first = messages[0].content
+        assert isinstance(first, str), first
+        assert first.endswith(prompts.cron), "the user message ends with the job prompt"
         assert messages[-1].content, "the job produced no reply"
         await client.delete_job(job.id)
         with pytest.raises(HermesNotFound):

@@ -518,7 +518,9 @@ async def test_job_run_records_a_cron_session(demo_hermes_client: HermesClient) 
     messages = await demo_hermes_client.session_messages(session.id)
     assert [m.role for m in messages] == ["user", "assistant"]
     assert messages[0].content == f"{CRON_PREAMBLE}\n\n/demo echo"
-    assert parse_echo_reply(messages[1].content or "").input == "/demo echo"
+    reply = messages[1].content
+    assert isinstance(reply, str), reply
+    assert parse_echo_reply(reply).input == "/demo echo"
     listed = {j.id: j for j in await demo_hermes_client.list_jobs()}[job.id]
     assert listed.last_status == "ok"
     assert listed.repeat is not None

@@ -533,6 +533,40 @@ async def test_history_keeps_the_turns_hermes_compaction_hides(
     assert page["has_more"] is True
 
 
+async def test_a_transcript_with_image_parts_still_opens_and_runs(
+    owner: PhebyClient, demo_hermes: DemoHermesServer
+) -> None:
+    """0.19.0 stores a multimodal tool result (a screenshot) as a list of parts, not a string."""
+    conversation_id = await new_conversation(owner)
+    await run_to_end(owner, conversation_id, "look at this")
+    sessions = demo_hermes.app.state.demo.sessions
+    parts: Any = [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]
+    sessions.add_message(sessions.get(f"pheby_{conversation_id}"), "tool", parts, tool_call_id="call_1")
+    history = await owner.request("conversation.open", "conversation.history", conversation_id=conversation_id)
+    assert [m["text"] for m in history["messages"]] == ["look at this", "You said: look at this"]
+    frames = await run_to_end(owner, conversation_id, "and now?")
+    assert frames[-1]["status"] == "completed"
+
+
+def ends_or_refuses(run_id: str, request_id: str, frame: dict[str, Any]) -> bool:
+    """The run's run.finished, or an error answering the request."""
+    if frame.get("type") == "run.finished":
+        return frame.get("run_id") == run_id
+    return frame.get("type") == "error" and frame.get("request_id") == request_id
+
+
+async def test_a_cancel_right_after_run_accepted_stops_the_run(owner: PhebyClient, live_server: LiveServer) -> None:
+    other = await PhebyClient.connect(live_server.ws_url, live_server.secret)
+    for _ in range(5):
+        conversation_id = await new_conversation(owner)
+        await owner.send("chat.send", conversation_id=conversation_id, text="/demo slow")
+        accepted = await other.expect("run.accepted", conversation_id=conversation_id)
+        cancel_id = await other.send("run.cancel", conversation_id=conversation_id, run_id=accepted["run_id"])
+        answer = await other.wait_for(functools.partial(ends_or_refuses, accepted["run_id"], cancel_id))
+        assert (answer["type"], answer.get("status")) == ("run.finished", "cancelled"), answer
+    await other.close()
+
+
 # --- runs ------------------------------------------------------------------------------------
 
 

@@ -244,3 +244,16 @@ def test_a_turns_messages_are_found_after_where_it_started() -> None:
     shown = display_messages(messages, {})
     assert turn_message_ids(messages, shown, 2, "ok") == ("m3", "m6")  # not the next run's "ok", nor a MEDIA-only row
     assert turn_message_ids(messages, shown, 8, "ok") == (None, None)  # not stored: nothing is anchored
+
+
+def test_a_turn_is_never_anchored_to_a_copy_hermes_made() -> None:
+    messages = stored(
+        (1, "user", "ok"), (2, "assistant", "first"),
+        (3, "user", "ok"), (4, "user", SUMMARY),  # compacted during the run: a copy of the first message
+        (5, "user", "ok"), (6, "assistant", "second"),  # the run's own turn
+    )  # fmt: skip
+    logged = history_messages(messages[:2], {}, [])
+    listed = messages[2:]  # Hermes lists no archived message
+    shown = history_messages(listed, {}, logged)
+    assert shown_as(shown) == [("m1", "ok"), ("m2", "first"), ("m5", "ok"), ("m6", "second")]
+    assert turn_message_ids(listed, shown, 2, "ok") == ("m5", "m6")
