@@ -1,7 +1,7 @@
 """The job poller: a Hermes cron run reaches connected clients as an unsolicited turn."""
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 import httpx
 import pytest
@@ -13,22 +13,28 @@ from tests.live_server import LiveServer, hermes_settings
 from tests.ws_client import PhebyClient
 
 pytestmark = [pytest.mark.anyio, pytest.mark.live]
+Polling = tuple[DemoHermesServer, LiveServer, PhebyClient]
 
 
-async def test_cron_output_is_pushed_listed_and_in_history(
+@pytest.fixture
+async def polling(
     start_live_server: Callable[[Settings], LiveServer],
     live_settings: Callable[..., Settings],
     make_demo_hermes: Callable[..., DemoHermesServer],
-) -> None:
+) -> AsyncIterator[Polling]:
+    """A demo Hermes of its own, a server polling its jobs every 0.3 s, and a connected client."""
     hermes = make_demo_hermes()
     server = start_live_server(
-        live_settings(
-            **hermes_settings(hermes),
-            job_poll_seconds=0.3,
-        )
+        live_settings(**hermes_settings(hermes), media_roots=(hermes.media_dir,), job_poll_seconds=0.3)
     )
     client = await PhebyClient.connect(server.ws_url, server.secret)
     await asyncio.sleep(0.8)  # the first poll sets the baseline: older cron sessions are history
+    yield hermes, server, client
+    await client.close()
+
+
+async def test_cron_output_is_pushed_listed_and_in_history(polling: Polling) -> None:
+    hermes, _, client = polling
     async with client_for(hermes) as hermes_client:
         job = await hermes_client.create_job("Morning brief", "every 2h", "Summarise the news")
         await hermes_client.run_job(job.id)
@@ -54,20 +60,10 @@ async def test_cron_output_is_pushed_listed_and_in_history(
 
     await asyncio.sleep(1)  # later polls do not deliver the same run again
     assert len(client.seen("message.complete", conversation_id=conversation_id)) == 1
-    await client.close()
 
 
-async def test_files_in_cron_output_become_attachments_of_the_pushed_turn(
-    start_live_server: Callable[[Settings], LiveServer],
-    live_settings: Callable[..., Settings],
-    make_demo_hermes: Callable[..., DemoHermesServer],
-) -> None:
-    hermes = make_demo_hermes()
-    server = start_live_server(
-        live_settings(**hermes_settings(hermes), media_roots=(hermes.media_dir,), job_poll_seconds=0.3)
-    )
-    client = await PhebyClient.connect(server.ws_url, server.secret)
-    await asyncio.sleep(0.8)  # the first poll sets the baseline
+async def test_files_in_cron_output_become_attachments_of_the_pushed_turn(polling: Polling) -> None:
+    hermes, server, client = polling
     async with client_for(hermes) as hermes_client:
         job = await hermes_client.create_job("Daily chart", "every 2h", "/demo image")
         await hermes_client.run_job(job.id)
@@ -86,4 +82,3 @@ async def test_files_in_cron_output_become_attachments_of_the_pushed_turn(
     async with httpx.AsyncClient(base_url=server.base_url) as http:
         downloaded = await http.get(attachment["download_path"], headers={"X-Pheby-Secret": server.secret})
     assert downloaded.content[:8] == b"\x89PNG\r\n\x1a\n"
-    await client.close()
