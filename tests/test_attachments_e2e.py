@@ -33,6 +33,13 @@ async def upload(server: LiveServer, conversation_id: str, filename: str, body: 
     return descriptor
 
 
+async def send_with_files(client: PhebyClient, conversation_id: str, text: str, ids: list[str]) -> dict[str, Any]:
+    """`chat.send` naming uploads; the reply (run.accepted) or the error."""
+    return await client.request(
+        "chat.send", "run.accepted", conversation_id=conversation_id, text=text, attachment_ids=ids
+    )
+
+
 async def download(server: LiveServer, path: str) -> httpx.Response:
     async with httpx.AsyncClient(base_url=server.base_url, timeout=60) as http:
         return await http.get(path, headers={"X-Pheby-Secret": server.secret})
@@ -47,12 +54,8 @@ async def test_upload_chat_and_deliverable(live_server: LiveServer, demo_hermes:
     await asyncio.sleep(0.2)
     assert first.seen("attachment.added") == []  # not broadcast before chat.send claims it
 
-    accepted = await first.request(
-        "chat.send",
-        "run.accepted",
-        conversation_id=conversation_id,
-        text="/demo echo",
-        attachment_ids=[notes["attachment_id"], photo["attachment_id"]],
+    accepted = await send_with_files(
+        first, conversation_id, "/demo echo", [notes["attachment_id"], photo["attachment_id"]]
     )
     assert accepted["type"] == "run.accepted", accepted
     for client in (first, second):
@@ -68,13 +71,7 @@ async def test_upload_chat_and_deliverable(live_server: LiveServer, demo_hermes:
     assert media_path.read_bytes() == PNG_1PX  # other files are handed over as a path the agent can read
     await first.expect("run.finished", run_id=accepted["run_id"])
 
-    again = await first.request(
-        "chat.send",
-        "run.accepted",
-        conversation_id=conversation_id,
-        text="again",
-        attachment_ids=[notes["attachment_id"]],
-    )
+    again = await send_with_files(first, conversation_id, "again", [notes["attachment_id"]])
     assert again["error"]["code"] == "bad_request"  # an id can't be sent twice
 
     history = await first.request("conversation.open", "conversation.history", conversation_id=conversation_id)
@@ -137,34 +134,16 @@ async def test_run_active_leaves_uploads_retryable(live_server: LiveServer) -> N
     conversation_id = (await client.request("conversation.create", "conversation.created"))["conversation_id"]
     note = await upload(live_server, conversation_id, "n.txt", b"note", "text/plain")
     slow = await client.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo slow")
-    busy = await client.request(
-        "chat.send",
-        "run.accepted",
-        conversation_id=conversation_id,
-        text="with file",
-        attachment_ids=[note["attachment_id"]],
-    )
+    busy = await send_with_files(client, conversation_id, "with file", [note["attachment_id"]])
     assert busy["error"]["code"] == "run_active"
     await client.send("run.cancel", conversation_id=conversation_id, run_id=slow["run_id"])
     await client.expect("run.finished", run_id=slow["run_id"])
-    retry = await client.request(
-        "chat.send",
-        "run.accepted",
-        conversation_id=conversation_id,
-        text="with file",
-        attachment_ids=[note["attachment_id"]],
-    )
+    retry = await send_with_files(client, conversation_id, "with file", [note["attachment_id"]])
     assert retry["type"] == "run.accepted"
     other = (await client.request("conversation.create", "conversation.created"))["conversation_id"]
     await client.expect("run.finished", run_id=retry["run_id"])
     foreign = await upload(live_server, other, "x.txt", b"x", "text/plain")
-    cross = await client.request(
-        "chat.send",
-        "run.accepted",
-        conversation_id=conversation_id,
-        text="hi",
-        attachment_ids=[foreign["attachment_id"]],
-    )
+    cross = await send_with_files(client, conversation_id, "hi", [foreign["attachment_id"]])
     assert cross["error"]["code"] == "bad_request"
     await client.close()
 
@@ -268,13 +247,7 @@ async def test_files_stay_with_their_turn_when_the_next_send_comes_at_once(
     client = await PhebyClient.connect(live_server.ws_url, live_server.secret)
     conversation_id = (await client.request("conversation.create", "conversation.created"))["conversation_id"]
     notes = await upload(live_server, conversation_id, "notes.md", b"# Notes", "text/markdown")
-    first = await client.request(
-        "chat.send",
-        "run.accepted",
-        conversation_id=conversation_id,
-        text="first",
-        attachment_ids=[notes["attachment_id"]],
-    )
+    first = await send_with_files(client, conversation_id, "first", [notes["attachment_id"]])
     await client.expect("run.finished", run_id=first["run_id"])
     second = await client.request("chat.send", "run.accepted", conversation_id=conversation_id, text="second")
     await client.expect("run.finished", run_id=second["run_id"])
