@@ -209,18 +209,19 @@ class Conversations:
             )
         )
 
-    async def log_history(self, conversation_id: str, messages: Sequence[HistoryMessage], after_id: int) -> None:
-        """Keep the messages history shows now that are newer than `after_id` (the newest kept so far)."""
-        numbered = ((int(m.message_id[1:]), m) for m in messages)
-        rows = [(conversation_id, n, m.role, m.text, m.ts) for n, m in numbered if n > after_id]
-        if not rows:
-            return
-        await self._db.transaction(
-            lambda c: c.executemany(
+    async def log_history(self, conversation_id: str, messages: Sequence[HistoryMessage]) -> None:
+        """Keep the messages history shows now that are newer than the newest kept so far."""
+
+        def q(conn: sqlite3.Connection) -> None:
+            newest = conn.execute(
+                "SELECT COALESCE(MAX(hermes_id), 0) FROM history_log WHERE conversation_id = ?", (conversation_id,)
+            ).fetchone()[0]
+            conn.executemany(
                 "INSERT OR IGNORE INTO history_log (conversation_id, hermes_id, role, text, ts) VALUES (?, ?, ?, ?, ?)",
-                rows,
+                [(conversation_id, m.number, m.role, m.text, m.ts) for m in messages if m.number > newest],
             )
-        )
+
+        await self._db.transaction(q)
 
     async def logged_history(self, conversation_id: str) -> builtins.list[HistoryMessage]:
         rows = await self._db.run(

@@ -85,10 +85,15 @@ class ConversationDeleted(Event, frozen=True, tag="conversation.deleted"):
 
 
 class HistoryMessage(msgspec.Struct, frozen=True):
-    message_id: str
+    message_id: str  # m<Hermes message id>
     role: Literal["user", "assistant"]
     text: str
     ts: str | None
+
+    @property
+    def number(self) -> int:
+        """The Hermes message id behind `message_id` (they only grow)."""
+        return int(self.message_id[1:])
 
 
 class RunSnapshot(msgspec.Struct, frozen=True):

@@ -4,7 +4,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 import hermes_client as hc
-from pheby.conversations import input_digest
+from pheby.conversations import Conversations, input_digest
 from pheby.errors import NotFound
 from pheby.events import HistoryMessage, iso_utc
 from pheby.media_tags import strip_media
@@ -109,7 +109,7 @@ def with_logged(
             if all(_same(a, b) for a, b in zip(after[:k], missing[-k:], strict=True)):
                 copies.update(m.message_id for m in after[:k])
                 break
-    return sorted([*missing, *(m for m in shown if m.message_id not in copies)], key=_number)
+    return sorted([*missing, *(m for m in shown if m.message_id not in copies)], key=lambda m: m.number)
 
 
 def history_messages(
@@ -119,12 +119,16 @@ def history_messages(
     return with_logged(display_messages(messages, original_inputs), logged, compaction_point(messages, original_inputs))
 
 
+async def shown_history(
+    conversations: Conversations, conversation_id: str, messages: Sequence[hc.SessionMessage]
+) -> list[HistoryMessage]:
+    """`history_messages` for a conversation, with the user's own words and its logged messages."""
+    originals = await conversations.original_inputs(conversation_id)
+    return history_messages(messages, originals, await conversations.logged_history(conversation_id))
+
+
 def _same(a: HistoryMessage, b: HistoryMessage) -> bool:
     return (a.role, a.text) == (b.role, b.text)
-
-
-def _number(message: HistoryMessage) -> int:
-    return int(message.message_id[1:])
 
 
 def turn_message_ids(
@@ -147,7 +151,7 @@ def turn_message_ids(
     answers = [
         m.message_id
         for m in shown
-        if m.role == "assistant" and user.id < _number(m) and (next_user is None or _number(m) < next_user)
+        if m.role == "assistant" and user.id < m.number and (next_user is None or m.number < next_user)
     ]
     return f"m{user.id}", answers[-1] if answers else None
 

@@ -31,7 +31,7 @@ from pheby.errors import (
     Unavailable,
     UpstreamFailure,
 )
-from pheby.history import history_messages, transcript, turn_message_ids
+from pheby.history import shown_history, transcript, turn_message_ids
 from pheby.hub import Hub
 from pheby.media_tags import media_paths, strip_media, visible_draft
 from pheby.plugin_link import NO_EXTRAS, PluginExtras
@@ -126,7 +126,7 @@ class ActiveRun:
         # Clarifications whose answer is on its way, with the responder's request_id.
         self.answering: dict[str, str | UnsetType] = {}
         self.finished = asyncio.Event()
-        self.started = asyncio.Event()  # set once `start` has made the Hermes run, or failed to
+        self.started = asyncio.Event()  # set once Hermes has made the run, or `release` ended the attempt
         self.message_completed = False  # after message.complete only attachment.added and run.finished follow
         self.cancel_requested = False
         self.reader: asyncio.Task[None] | None = None
@@ -226,15 +226,9 @@ class RunManager:
     async def start(
         self, run: ActiveRun, conversation: Conversation, hermes_input: str, request_id: str | UnsetType
     ) -> None:
-        """Create the Hermes run for a reserved slot and start reading it; releases the slot on failure."""
-        try:
-            await self._start(run, conversation, hermes_input, request_id)
-        finally:
-            run.started.set()
+        """Create the Hermes run for a reserved slot and start reading it; releases the slot on failure.
 
-    async def _start(
-        self, run: ActiveRun, conversation: Conversation, hermes_input: str, request_id: str | UnsetType
-    ) -> None:
+        `run.started` is set once Hermes has made the run, or by `release` when it never will."""
         try:
             session_id = hermes_session_id(conversation)
             run.extras = await self._plugin_extras(run, conversation, session_id)
@@ -312,15 +306,15 @@ class RunManager:
         except hc.HermesError:
             if not run.extras.history:
                 raise
-            log.warning("conversation %s: transcript unreadable before a run; running without logging it", run.run_id)
+            log.warning(
+                "conversation %s: transcript unreadable before a run; running without logging it", conversation.id
+            )
             return None
 
     async def _log_history(self, conversation_id: str, stored: list[hc.SessionMessage]) -> list[ev.HistoryMessage]:
         """Keep what history shows now (see `pheby.history.with_logged`); return it."""
-        logged = await self._conversations.logged_history(conversation_id)
-        shown = history_messages(stored, await self._conversations.original_inputs(conversation_id), logged)
-        newest = max((int(m.message_id[1:]) for m in logged), default=0)
-        await self._conversations.log_history(conversation_id, shown, newest)
+        shown = await shown_history(self._conversations, conversation_id, stored)
+        await self._conversations.log_history(conversation_id, shown)
         return shown
 
     # --- the reader ----------------------------------------------------------------------
@@ -834,10 +828,10 @@ class RunManager:
 
     async def shutdown(self) -> None:
         """Stop every active run, all at once, so each client sees its `run.finished`."""
-        starting = [run.started.wait() for run in self._by_conversation.values() if not run.hermes_run_id]
+        starting = [run.started.wait() for run in self._by_conversation.values() if not run.made]
         with contextlib.suppress(TimeoutError):  # a run being made now is stopped too, once Hermes names it
             await asyncio.wait_for(asyncio.gather(*starting), timeout=SHUTDOWN_START_WAIT_SECONDS)
-        runs = [run for run in self._by_conversation.values() if run.hermes_run_id]
+        runs = [run for run in self._by_conversation.values() if run.made]
 
         async def stop(run: ActiveRun) -> None:
             try:

@@ -231,7 +231,7 @@ def test_logged_messages_fill_in_what_compaction_hides() -> None:
                                 ("m10", "again")]  # fmt: skip
 
     # Logged as shown (copies left out), then compacted again: still every turn once.
-    relogged = sorted({m.message_id: m for m in [*logged, *merged]}.values(), key=lambda m: int(m.message_id[1:]))
+    relogged = sorted({m.message_id: m for m in [*logged, *merged]}.values(), key=lambda m: m.number)
     twice = stored((11, "user", "hi"), (12, "user", SUMMARY), (13, "user", "yes"), (14, "assistant", "again"))
     assert shown_as(history_messages(twice, {}, relogged)) == shown_as(merged)
 

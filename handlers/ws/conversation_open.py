@@ -22,7 +22,7 @@ from pheby.attachments import Attachment, pheby_descriptor
 from pheby.conversations import Conversation
 from pheby.errors import Unavailable
 from pheby.events import ConversationHistory, HistoryMessage
-from pheby.history import HISTORY_LIMIT_DEFAULT, HISTORY_LIMIT_MAX, history_messages, page, transcript
+from pheby.history import HISTORY_LIMIT_DEFAULT, HISTORY_LIMIT_MAX, page, shown_history, transcript
 
 # Reads of the stored part before the snapshot goes out regardless (a busy conversation could
 # otherwise keep it waiting); a turn that finishes during the last read arrives as live events.
@@ -74,9 +74,7 @@ async def _read_stored(ctx: WsContext, msg: ConversationOpen) -> _Stored:
         stored = await transcript(services.hermes.for_account(ctx.account), conversation.session_ids)
     except hc.HermesError:
         raise Unavailable("Hermes is unavailable; history can't be loaded right now") from None
-    originals = await services.conversations.original_inputs(conversation.id)
-    logged = await services.conversations.logged_history(conversation.id)
-    shown = history_messages(stored, originals, logged)
+    shown = await shown_history(services.conversations, conversation.id, stored)
     messages, has_more = page(shown, min(msg.limit, HISTORY_LIMIT_MAX), msg.before_message_id)
     attachments = await services.attachments.for_conversation(ctx.account.id, conversation.id)  # the last await
     return _Stored(conversation, messages, has_more, attachments)
