@@ -412,7 +412,7 @@ class Attachments:
         return [msgspec.structs.replace(a, claimed_at=now, message_id=message_id) for a in attachments]
 
     async def anchor(self, conversation_id: str, message_ids: dict[str, str]) -> None:
-        """Give a turn's files the ids its messages have in history (see `RunManager._anchor`)."""
+        """Give a turn's files the ids its messages have in history (see `RunManager._after_turn`)."""
 
         def q(conn: sqlite3.Connection) -> None:
             for old, new in message_ids.items():

@@ -273,7 +273,7 @@ class RunManager:
             account_id,
             ev.MessageStart(conversation_id=conversation.id, run_id=run.run_id, message_id=run.message_id),
         )
-        run.reader = asyncio.create_task(self._read_then_anchor(run), name=f"run-{run.run_id}")
+        run.reader = asyncio.create_task(self._read_then_after_turn(run), name=f"run-{run.run_id}")
         self._readers.add(run.reader)
         run.reader.add_done_callback(self._readers.discard)
         await self._conversations.touch(conversation.id)  # after the reader starts: deltas wait for no one
@@ -319,7 +319,7 @@ class RunManager:
 
     # --- the reader ----------------------------------------------------------------------
 
-    async def _read_then_anchor(self, run: ActiveRun) -> None:
+    async def _read_then_after_turn(self, run: ActiveRun) -> None:
         await self._read(run)
         try:
             await self._after_turn(run)
