@@ -43,7 +43,7 @@ import uvicorn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
-from bench.support import free_port, stop_process
+from bench.support import free_port, stop_process, wait_until_up
 from pheby.accounts import Accounts
 from pheby.conversations import Conversations
 from pheby.db import Database
@@ -143,15 +143,8 @@ def start_server(kind: ServerKind, data_dir: Path, stack: contextlib.ExitStack) 
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     stack.callback(stop_process, process)
     server = Server(kind, process, f"http://127.0.0.1:{port}", log_path, data_dir)
-    deadline = time.monotonic() + TIMEOUT
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the {kind} server exited with {process.returncode}:\n{server.log_tail()}")
-        with contextlib.suppress(httpx.TransportError):
-            if httpx.get(f"{server.base_url}/healthz", timeout=2).status_code == 200:
-                return server
-        time.sleep(0.1)
-    raise RuntimeError(f"the {kind} server did not come up:\n{server.log_tail()}")
+    wait_until_up(process, server.base_url, TIMEOUT, server.log_tail)
+    return server
 
 
 async def prepare_data_dir(data_dir: Path) -> str:

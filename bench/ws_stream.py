@@ -41,7 +41,6 @@ from collections.abc import AsyncGenerator, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal
 
-import httpx
 import msgspec
 import psutil
 import uvicorn
@@ -51,7 +50,7 @@ from websockets.exceptions import ConnectionClosed
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
 import hermes_client as hc
-from bench.support import free_port, stop_process
+from bench.support import free_port, stop_process, wait_until_up
 from demo_hermes.server import DemoHermesServer
 from pheby.media_tags import visible_draft
 from pheby.server import build_uvicorn_config
@@ -348,18 +347,6 @@ def serve_child(flags_json: str) -> None:
     uvicorn.Server(build_uvicorn_config(settings)).run()
 
 
-def wait_until_up(process: subprocess.Popen[bytes], base_url: str) -> None:
-    deadline = time.monotonic() + TIMEOUT
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the server exited with {process.returncode}")
-        with contextlib.suppress(httpx.TransportError):
-            if httpx.get(f"{base_url}/healthz", timeout=2).status_code == 200:
-                return
-        time.sleep(0.1)
-    raise RuntimeError("the server did not come up")
-
-
 async def open_many(url: str, count: int, compression: Compression) -> list[ClientConnection]:
     gate = asyncio.Semaphore(OPEN_CONCURRENCY)
 
@@ -419,7 +406,7 @@ def measure_memory(demo: DemoHermesServer, data_dir: Path, count: int, compressi
         command = [sys.executable, str(Path(__file__).resolve()), "--serve-child", json.dumps(flags)]
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     try:
-        wait_until_up(process, f"http://127.0.0.1:{port}")
+        wait_until_up(process, f"http://127.0.0.1:{port}", TIMEOUT)
         return asyncio.run(
             connection_memory(psutil.Process(process.pid), f"ws://127.0.0.1:{port}/ws", count, compression)
         )
