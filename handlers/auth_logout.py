@@ -1,4 +1,7 @@
-"""POST /api/auth/logout — revokes the session (or token) that authenticated the call."""
+"""POST /api/auth/logout — revokes the session (or token) that authenticated the call.
+
+The WebSockets that said hello with it are closed at once (`unauthorized`, then 1008).
+"""
 
 from litestar import Response, post
 from litestar.datastructures import Cookie
@@ -14,5 +17,6 @@ async def logout(
 ) -> Response[dict[str, bool]]:
     if current_user.token_id is not None:
         await services.accounts.revoke_token(current_user.token_id)
+        services.revocations.close_token(current_user.token_id)
     expired = Cookie(key=SESSION_COOKIE, value="", max_age=0, httponly=True, samesite="lax", path="/")
     return Response({"ok": True}, cookies=[expired])

@@ -11,7 +11,7 @@ import sqlite3
 import time
 import uuid
 from base64 import b64decode, b64encode
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Literal
 
 import anyio
@@ -55,6 +55,14 @@ class ResolvedToken(msgspec.Struct, frozen=True):
     account: Account
     token_id: str
     kind: TokenKind
+    expires_at: float | None = None
+
+
+class CredentialState(msgspec.Struct, frozen=True):
+    """What decides whether an account's live sockets may stay: disabled, and when all was last revoked."""
+
+    disabled: bool
+    credentials_revoked_at: float | None
 
 
 def hash_password(password: str) -> str:
@@ -140,6 +148,10 @@ class Accounts:
             raise NotFound("Account not found")
         return _row_to_account(row)
 
+    async def list_all(self) -> list[Account]:
+        rows = await self._db.run(lambda c: c.execute("SELECT * FROM accounts ORDER BY created_at, name").fetchall())
+        return [_row_to_account(r) for r in rows]
+
     async def list_enabled(self) -> list[Account]:
         rows = await self._db.run(lambda c: c.execute("SELECT * FROM accounts WHERE disabled = 0").fetchall())
         return [_row_to_account(r) for r in rows]
@@ -194,8 +206,8 @@ class Accounts:
         now = self._clock()
         row = await self._db.run(
             lambda c: c.execute(
-                "SELECT a.*, t.id AS token_id, t.kind AS token_kind FROM auth_tokens t "
-                "JOIN accounts a ON a.id = t.account_id "
+                "SELECT a.*, t.id AS token_id, t.kind AS token_kind, t.expires_at AS token_expires_at "
+                "FROM auth_tokens t JOIN accounts a ON a.id = t.account_id "
                 "WHERE t.token_sha256 = ? AND t.revoked_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > ?) "
                 "AND a.disabled = 0",
                 (token_digest(token), now),
@@ -203,7 +215,12 @@ class Accounts:
         )
         if row is None:
             return None
-        return ResolvedToken(account=_row_to_account(row), token_id=row["token_id"], kind=row["token_kind"])
+        return ResolvedToken(
+            account=_row_to_account(row),
+            token_id=row["token_id"],
+            kind=row["token_kind"],
+            expires_at=row["token_expires_at"],
+        )
 
     async def revoke_token(self, token_id: str) -> None:
         now = self._clock()
@@ -212,3 +229,39 @@ class Accounts:
                 "UPDATE auth_tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", (now, token_id)
             )
         )
+
+    async def revoke_all(self, name: str) -> tuple[Account, int]:
+        """Revoke every token and session of the account (one transaction); the account and how many."""
+        account = await self.get_by_name(name)
+        now = self._clock()
+
+        def q(conn: sqlite3.Connection) -> int:
+            revoked = conn.execute(
+                "UPDATE auth_tokens SET revoked_at = ? WHERE account_id = ? AND revoked_at IS NULL", (now, account.id)
+            ).rowcount
+            conn.execute("UPDATE accounts SET credentials_revoked_at = ? WHERE id = ?", (now, account.id))
+            return revoked
+
+        return account, await self._db.transaction(q)
+
+    async def credential_states(self) -> dict[str, CredentialState]:
+        """Every account's `CredentialState`, by id (a handful of rows: accounts are few)."""
+        rows = await self._db.run(
+            lambda c: c.execute("SELECT id, disabled, credentials_revoked_at FROM accounts").fetchall()
+        )
+        return {r["id"]: CredentialState(bool(r["disabled"]), r["credentials_revoked_at"]) for r in rows}
+
+    async def live_tokens(self, token_ids: Collection[str]) -> set[str]:
+        """Which of `token_ids` still work: not revoked, not expired, their account not disabled. One query."""
+        if not token_ids:
+            return set()
+        now, wanted = self._clock(), msgspec.json.encode(list(token_ids)).decode()
+        rows = await self._db.run(
+            lambda c: c.execute(
+                "SELECT t.id FROM auth_tokens t JOIN accounts a ON a.id = t.account_id "
+                "WHERE t.id IN (SELECT value FROM json_each(?)) AND t.revoked_at IS NULL "
+                "AND (t.expires_at IS NULL OR t.expires_at > ?) AND a.disabled = 0",
+                (wanted, now),
+            ).fetchall()
+        )
+        return {r[0] for r in rows}

@@ -20,11 +20,16 @@ MUTATING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 class Principal(msgspec.Struct, frozen=True, kw_only=True):
-    """An authenticated caller. `token_id` is set when a stored token (not the secret) was used."""
+    """An authenticated caller: the account and the credential it used.
+
+    `token_id` (and `expires_at`, for sessions) are set when a stored token (not the secret) was
+    used, so what was authenticated with it can be found again when the token is revoked.
+    """
 
     account: Account
     via: Literal["secret", "token", "cookie"]
     token_id: str | None = None
+    expires_at: float | None = None
 
 
 class Authenticator:
@@ -45,7 +50,9 @@ class Authenticator:
         resolved = await self._accounts.resolve_token(secret)
         if resolved is None:
             return None
-        return Principal(account=resolved.account, via="token", token_id=resolved.token_id)
+        return Principal(
+            account=resolved.account, via="token", token_id=resolved.token_id, expires_at=resolved.expires_at
+        )
 
     async def for_api(self, connection: ASGIConnection[Any, Any, Any, Any]) -> Principal:
         """The `/api/*` rule: bearer (secret or token) or the session cookie; cookie mutations need Origin."""
@@ -63,7 +70,9 @@ class Authenticator:
             raise Unauthorized("Invalid or expired session")
         if connection.scope.get("method") in MUTATING_METHODS:
             self._check_origin(connection)
-        return Principal(account=resolved.account, via="cookie", token_id=resolved.token_id)
+        return Principal(
+            account=resolved.account, via="cookie", token_id=resolved.token_id, expires_at=resolved.expires_at
+        )
 
     async def for_attachments(self, connection: ASGIConnection[Any, Any, Any, Any]) -> Principal:
         """The `/attachments` rule: `Bearer`, `ApiKey` or `X-Pheby-Secret`, secret or account token."""

@@ -1,4 +1,5 @@
-"""The `pheby` console command: `serve`, `account create|token|disable|hermes` and `hermes install-plugin`."""
+"""The `pheby` console command: `serve`, `account create|token|disable|enable|revoke|list|hermes` and
+`hermes install-plugin`."""
 
 import argparse
 import asyncio
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import msgspec
 
-from pheby.accounts import Accounts, HermesAccountSettings
+from pheby.accounts import Account, Accounts, HermesAccountSettings
 from pheby.db import Database
 from pheby.errors import PhebyError
 from pheby.settings import Settings, SettingsError, load_settings
@@ -28,13 +29,30 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--workers", type=int, default=1, help="must be 1: one process holds every WebSocket")
 
     account = commands.add_parser("account", help="manage accounts").add_subparsers(dest="action", required=True)
-    create = account.add_parser("create", help="create an account; prints JSON {id, name}")
+    create = account.add_parser(
+        "create",
+        help="create an account; prints JSON {id, name}",
+        description="Accounts that use the server's Hermes share one agent: its memory, its tools and the "
+        "files it can reach. The server keeps each account's conversations, attachments and artifacts apart; "
+        "give an account its own gateway (`pheby account hermes NAME --url ...`) to give it an agent of its own.",
+    )
     create.add_argument("name")
     create.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
     token = account.add_parser("token", help="issue a new bearer token; prints JSON {token}")
     token.add_argument("name")
-    disable = account.add_parser("disable", help="disable an account (its tokens stop working)")
+    disable = account.add_parser(
+        "disable", help="disable an account: its tokens stop working, its runs are cancelled, its sockets close"
+    )
     disable.add_argument("name")
+    enable = account.add_parser("enable", help="enable a disabled account again (its unrevoked tokens work again)")
+    enable.add_argument("name")
+    revoke = account.add_parser(
+        "revoke",
+        help="revoke every token and session of an account: its runs are cancelled, its sockets close; "
+        "prints JSON {id, name, revoked}",
+    )
+    revoke.add_argument("name")
+    account.add_parser("list", help="list the accounts as JSON (no secrets)")
     own = account.add_parser(
         "hermes",
         help="give an account its own Hermes (no options: back to the server's); prints JSON without secrets",
@@ -117,7 +135,7 @@ def _install_plugin(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _account_command(settings: Settings, args: argparse.Namespace) -> dict[str, object]:
+async def _account_command(settings: Settings, args: argparse.Namespace) -> object:
     db = Database(settings.database_path)
     await db.open()
     try:
@@ -133,8 +151,13 @@ async def _account_command(settings: Settings, args: argparse.Namespace) -> dict
             return {"token": issued.token}
         if args.action == "hermes":
             return await _set_hermes(accounts, args)
-        account = await accounts.set_disabled(args.name, True)
-        return {"id": account.id, "name": account.name, "disabled": True}
+        if args.action == "list":
+            return [_listed(a) for a in await accounts.list_all()]
+        if args.action == "revoke":
+            account, revoked = await accounts.revoke_all(args.name)
+            return {"id": account.id, "name": account.name, "revoked": revoked}
+        account = await accounts.set_disabled(args.name, args.action == "disable")
+        return {"id": account.id, "name": account.name, "disabled": account.disabled}
     finally:
         await db.close()
 
@@ -151,10 +174,30 @@ async def _set_hermes(accounts: Accounts, args: argparse.Namespace) -> dict[str,
     )
     await accounts.set_hermes(args.name, hermes)
     account = await accounts.get_by_name(args.name)
-    own = account.hermes
-    shown = {"url": own.url, "home": own.home, "dashboard_url": own.dashboard_url}
-    secrets = {"api_key": own.api_key is not None, "dashboard_token": own.dashboard_token is not None}
-    return {"id": account.id, "name": account.name, "hermes": shown | secrets}
+    return {"id": account.id, "name": account.name, "hermes": _shown_hermes(account.hermes)}
+
+
+def _shown_hermes(own: HermesAccountSettings) -> dict[str, object]:
+    """An account's own Hermes settings without its secrets (only whether each is set)."""
+    return {
+        "url": own.url,
+        "home": own.home,
+        "dashboard_url": own.dashboard_url,
+        "api_key": own.api_key is not None,
+        "dashboard_token": own.dashboard_token is not None,
+    }
+
+
+def _listed(account: Account) -> dict[str, object]:
+    """One account for `account list`: no password hash, no tokens, no Hermes keys."""
+    return {
+        "id": account.id,
+        "name": account.name,
+        "is_owner": account.is_owner,
+        "disabled": account.disabled,
+        "created_at": account.created_at,
+        "hermes": _shown_hermes(account.hermes),
+    }
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from pheby.memory import MemoryFiles
 from pheby.models import ModelChoices
 from pheby.plugin_events import PluginEvents
 from pheby.plugin_link import PluginLink
+from pheby.revocation import Revocations
 from pheby.runs import AssistantTurn, RunManager
 from pheby.settings import Settings
 from pheby.task_owners import TaskOwners
@@ -46,7 +47,7 @@ class Services:
         self.hermes = hermes
         self.login_limiter = FailureLimiter(db, "login")
         self.hello_limiter = FailureLimiter(db, "hello")
-        self.hub = Hub()
+        self.hub = Hub(max_sockets=settings.ws_max_connections)
         self.conversations = Conversations(db)
         self.task_owners = TaskOwners(db)
         self.tasks = Tasks(hermes, self.task_owners)
@@ -68,6 +69,14 @@ class Services:
         )
         self._background: set[asyncio.Task[Any]] = set()
         self._finishing: set[asyncio.Task[Any]] = set()
+        self.revocations = Revocations(
+            db=db,
+            accounts=accounts,
+            hub=self.hub,
+            runs=self.runs,
+            conversations=self.conversations,
+            background=self.background,
+        )
         self.plugin_events = PluginEvents(
             link=self.plugin_link,
             runs=self.runs,
@@ -150,6 +159,7 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
         stack.push_async_callback(services.plugin_link.aclose)
         stack.push_async_callback(services.stop_background)
         stack.push_async_callback(services.runs.shutdown)
+        services.background(asyncio.create_task(services.revocations.watch(), name="revocations"))
         if services.plugin_link.configured:
             services.background(asyncio.create_task(services.plugin_link.run(), name="plugin-link"))
         yield services

@@ -52,6 +52,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     log_format: Literal["text", "json"] = "text"
     # PHEBY_WS_HELLO_TIMEOUT: seconds a new WebSocket has to say hello.
     ws_hello_timeout: Annotated[float, msgspec.Meta(gt=0)] = 10.0
+    # PHEBY_WS_SEND_QUEUE_BYTES: bytes one WebSocket may owe its client before it is closed (1013).
+    ws_send_queue_bytes: Annotated[int, msgspec.Meta(gt=0)] = 8 * MiB
+    # PHEBY_WS_MAX_CONNECTIONS: WebSockets the server holds in all (with or without hello); more are refused.
+    ws_max_connections: Annotated[int, msgspec.Meta(gt=0)] = 10_000
     # PHEBY_BODY_IDLE_TIMEOUT: seconds a request body may stall (no bytes at all) before a 408.
     body_idle_timeout: Annotated[float, msgspec.Meta(gt=0)] = 60.0
     # Attachment limits. Pheby uploads and agent deliverables are bounded per file and by retention;
@@ -122,6 +126,8 @@ ENV_NAMES: dict[str, str] = {
     "session_ttl_seconds": "PHEBY_SESSION_TTL_SECONDS",
     "log_format": "PHEBY_LOG_FORMAT",
     "ws_hello_timeout": "PHEBY_WS_HELLO_TIMEOUT",
+    "ws_send_queue_bytes": "PHEBY_WS_SEND_QUEUE_BYTES",
+    "ws_max_connections": "PHEBY_WS_MAX_CONNECTIONS",
     "body_idle_timeout": "PHEBY_BODY_IDLE_TIMEOUT",
     "attachment_max_bytes": "PHEBY_ATTACHMENT_MAX_BYTES",
     "hope_upload_max_bytes": "PHEBY_HOPE_UPLOAD_MAX_BYTES",

@@ -93,6 +93,41 @@ def test_account_hermes_settings(
     assert asyncio.run(stored()) == HermesAccountSettings()
 
 
+def test_account_enable_revoke_and_list(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = ["--data-dir", str(tmp_path)]
+    assert run_cli(capsys, *data, "account", "create", "alice")[0] == 0
+    tokens = [json.loads(run_cli(capsys, *data, "account", "token", "alice")[1])["token"] for _ in range(2)]
+    assert json.loads(run_cli(capsys, *data, "account", "disable", "alice")[1])["disabled"] is True
+    assert json.loads(run_cli(capsys, *data, "account", "enable", "alice")[1])["disabled"] is False
+
+    async def live() -> list[bool]:
+        db = Database(tmp_path / "pheby.sqlite3")
+        await db.open()
+        try:
+            return [await Accounts(db).resolve_token(t) is not None for t in tokens]
+        finally:
+            await db.close()
+
+    assert asyncio.run(live()) == [True, True]  # enabled again, the tokens work again
+    code, out, _ = run_cli(capsys, *data, "account", "revoke", "alice")
+    assert code == 0
+    assert json.loads(out)["revoked"] == 2
+    assert asyncio.run(live()) == [False, False]
+    code, out, _ = run_cli(capsys, *data, "account", "list")
+    assert code == 0
+    listed = json.loads(out)
+    assert [a["name"] for a in listed] == ["owner", "alice"]
+    assert all(set(a) == {"id", "name", "is_owner", "disabled", "created_at", "hermes"} for a in listed)
+    assert run_cli(capsys, *data, "account", "revoke", "nobody")[0] == 1
+
+
+def test_account_create_help_says_accounts_share_the_servers_agent(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["account", "create", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "share one agent: its memory, its tools" in text
+
+
 def test_data_dir_from_environment(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

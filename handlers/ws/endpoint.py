@@ -1,9 +1,14 @@
 """`/ws` — the Pheby WebSocket: the handshake (see `handshake.py`), then one decoded message at a time.
 
 A bad frame is answered with an `error` and never closes an authenticated connection; only a
-failed hello closes it. Every reply and error echoes the message's `request_id`.
+failed hello closes it. Every reply and error echoes the message's `request_id`. Beyond the
+server's socket cap (`PHEBY_WS_MAX_CONNECTIONS`, counted before hello) a socket is refused
+with `rate_limited` and 1013; beyond an account's cap, its hello is answered `rate_limited`.
+The connection remembers the credential of its hello, so its revocation closes it
+(`pheby.revocation`); from then on its messages are ignored.
 """
 
+import logging
 from typing import Any
 
 from litestar import WebSocket, websocket
@@ -11,24 +16,50 @@ from litestar.di import NamedDependency
 
 from handlers.ws.context import WsContext, error_for, rid
 from handlers.ws.frames import FrameError, decode, receive_frame
-from handlers.ws.handshake import handshake
+from handlers.ws.handshake import CLOSE_POLICY_VIOLATION, handshake
 from handlers.ws.registry import dispatch
-from pheby.events import Ready
-from pheby.hub import Connection
+from pheby.errors import RateLimited
+from pheby.events import Event, Ready, encode_event, error_event
+from pheby.hub import CLOSE_TRY_AGAIN_LATER, Connection
 from pheby.services import Services
+
+log = logging.getLogger("pheby.ws")
 
 
 @websocket("/ws")
 async def pheby_socket(socket: WebSocket[Any, Any, Any], services: NamedDependency[Services]) -> None:
+    hub = services.hub
     await socket.accept()
+    if not hub.claim_socket():
+        full = error_event("rate_limited", "The server holds too many connections; try again later")
+        await _refuse(socket, full, CLOSE_TRY_AGAIN_LATER)
+        return
+    try:
+        await _authenticated(socket, services)
+    finally:
+        hub.release_socket()
+
+
+async def _authenticated(socket: WebSocket[Any, Any, Any], services: Services) -> None:
     address = services.authenticator.client_address(socket)
     hello = await handshake(socket, services, address)
     if hello is None:
         return
-    account, hello_request_id = hello
-    connection = Connection(account.id, socket.send_text, socket.close)
-    ctx = WsContext(account, services, connection)
-    services.hub.add(connection)
+    principal, hello_request_id = hello
+    connection = Connection(
+        principal.account.id,
+        socket.send_text,
+        socket.close,
+        max_bytes=services.settings.ws_send_queue_bytes,
+        token_id=principal.token_id,
+        expires_at=principal.expires_at,
+    )
+    try:
+        services.hub.add(connection)
+    except RateLimited as exc:
+        await _refuse(socket, error_event(exc.code, exc.message, hello_request_id), CLOSE_POLICY_VIOLATION)
+        return
+    ctx = WsContext(principal.account, services, connection)
     connection.start()
     try:
         connection.send(Ready(request_id=hello_request_id))
@@ -43,6 +74,8 @@ async def _serve(socket: WebSocket[Any, Any, Any], ctx: WsContext) -> None:
         raw = await receive_frame(socket)
         if raw is None:
             return
+        if ctx.connection.revoked:
+            continue  # the credential was revoked: its close is on its way
         try:
             message = decode(raw)
         except FrameError as exc:
@@ -52,3 +85,11 @@ async def _serve(socket: WebSocket[Any, Any, Any], ctx: WsContext) -> None:
             await dispatch(ctx, message)
         except Exception as exc:  # noqa: BLE001 - every failure is answered; error_for logs the unexpected
             ctx.reply(error_for(exc, rid(message.request_id)))
+
+
+async def _refuse(socket: WebSocket[Any, Any, Any], event: Event, code: int) -> None:
+    try:
+        await socket.send_text(encode_event(event).decode())
+        await socket.close(code, "rate_limited")
+    except Exception:  # noqa: BLE001 - the peer is already gone
+        log.debug("peer left during a refused connection")

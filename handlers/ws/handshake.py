@@ -16,7 +16,7 @@ from msgspec import UNSET, UnsetType
 
 from handlers.ws.frames import MAX_FRAME_BYTES, frame_size, peek_request_id, peek_type, receive_frame
 from handlers.ws.hello import HELLO_DECODER
-from pheby.accounts import Account
+from pheby.auth import Principal
 from pheby.events import PROTOCOL_VERSION, Error, Event, encode_event, error_event
 from pheby.services import Services
 
@@ -27,8 +27,9 @@ CLOSE_POLICY_VIOLATION = 1008
 
 async def handshake(
     socket: WebSocket[Any, Any, Any], services: Services, address: str
-) -> tuple[Account, str | UnsetType] | None:
-    """The account and request_id of a valid first-frame hello, else None after an error and a close.
+) -> tuple[Principal, str | UnsetType] | None:
+    """Who said a valid first-frame hello (account and credential) and its request_id; else None after
+    an error and a close.
 
     The lockout is checked when the socket opens and again when its hello is judged, one hello
     of an address at a time: sockets opened earlier get no extra guesses once the address is
@@ -55,11 +56,11 @@ async def handshake(
     if isinstance(verdict, Error):
         await _refuse(socket, verdict)
         return None
-    return verdict.account, verdict.request_id
+    return verdict.principal, verdict.request_id
 
 
 class Welcome(NamedTuple):
-    account: Account
+    principal: Principal
     request_id: str | UnsetType
 
 
@@ -86,7 +87,7 @@ async def _judge(raw: bytes | str, services: Services) -> Welcome | Error:
     principal = await services.authenticator.from_secret(hello.secret)
     if principal is None:
         return error_event("unauthorized", "Invalid secret", request_id)
-    return Welcome(principal.account, request_id)
+    return Welcome(principal, request_id)
 
 
 def _locked_out(request_id: str | UnsetType) -> Error:

@@ -1,0 +1,175 @@
+"""Revocation reaching live sockets: a revoked, expired or disabled credential's sockets are closed.
+
+Each connection remembers the credential it said hello with (`Connection.token_id`,
+`expires_at`; none for the owner secret). Three ways a credential stops working, three ways
+the server learns of it:
+
+- logout, in this process: `close_token` closes that token's sockets at once;
+- expiry: each tick closes the sockets whose session has expired (known in memory, no query);
+- `pheby account disable|revoke`, from another process: the server's SQLite connection sees its
+  `PRAGMA data_version` move when another connection commits, so each tick costs one pragma,
+  and only after such a change one sweep reads the accounts' states and, in one query, which
+  of the live connections' tokens still work. The sweep is repeated on the next tick, for a
+  socket whose hello was judged just before the change but joined the hub just after.
+
+An account that was disabled, or all of whose credentials were revoked, has its messages
+ignored at once, its active runs cancelled, then its sockets closed; every closed socket
+first gets an `unauthorized` error, then a 1008 close.
+"""
+
+import asyncio
+import logging
+import sqlite3
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pheby.accounts import Accounts, CredentialState
+from pheby.conversations import Conversations
+from pheby.db import Database
+from pheby.errors import PhebyError
+from pheby.hub import Hub
+from pheby.runs import RunManager
+
+log = logging.getLogger("pheby.revocation")
+
+CHECK_SECONDS = 1.0
+RUN_CANCEL_WAIT_SECONDS = 2.0  # how long sockets wait for the account's runs to be cancelled before closing
+
+LOGGED_OUT = "Logged out"
+EXPIRED = "Your session has expired"
+REVOKED = "Your credentials were revoked or have expired"
+ACCOUNT_DISABLED = "This account was disabled"
+ACCOUNT_REVOKED = "Every credential of this account was revoked"
+
+Background = Callable[[asyncio.Task[Any]], None]
+
+
+def newly_ended(before: CredentialState | None, now: CredentialState) -> str | None:
+    """Why an account's sockets and runs must end since `before` (None: nothing ended)."""
+    if now.disabled and (before is None or not before.disabled):
+        return ACCOUNT_DISABLED
+    if now.credentials_revoked_at is not None and (
+        before is None or now.credentials_revoked_at != before.credentials_revoked_at
+    ):
+        return ACCOUNT_REVOKED
+    return None
+
+
+class Revocations:
+    """Closes the sockets of credentials that stopped working and cancels the runs of ended accounts."""
+
+    def __init__(
+        self,
+        *,
+        db: Database,
+        accounts: Accounts,
+        hub: Hub,
+        runs: RunManager,
+        conversations: Conversations,
+        background: Background,
+        clock: Callable[[], float] = time.time,
+        interval: float = CHECK_SECONDS,
+    ) -> None:
+        self._db = db
+        self._accounts = accounts
+        self._hub = hub
+        self._runs = runs
+        self._conversations = conversations
+        self._background = background
+        self._clock = clock
+        self._interval = interval
+        self._data_version: int | None = None
+        self._states: dict[str, CredentialState] = {}
+        self._recheck = False
+        self._ended_last: dict[str, str] = {}
+
+    def close_token(self, token_id: str, message: str = LOGGED_OUT) -> int:
+        """Close every socket authenticated with `token_id` (just revoked in this process); how many."""
+        closing = [c for c in self._hub.all_connections() if c.token_id == token_id and not c.closed.is_set()]
+        for connection in closing:
+            connection.revoke(message)
+        return len(closing)
+
+    async def watch(self) -> None:
+        """Check every `interval` seconds until cancelled; a failed check is logged and retried next tick."""
+        self._data_version = await self._db.run(_data_version)
+        self._states = await self._accounts.credential_states()
+        while True:
+            await asyncio.sleep(self._interval)
+            try:
+                await self.check()
+            except Exception:
+                log.warning("revocation check failed; trying again", exc_info=True)
+
+    async def check(self) -> None:
+        """One tick: close expired sessions; after another process's commit, sweep."""
+        self._close_expired()
+        version = await self._db.run(_data_version)
+        changed, self._data_version = version != self._data_version, version
+        if changed or self._recheck:
+            self._recheck = changed
+            await self._sweep()
+
+    def _close_expired(self) -> None:
+        now = self._clock()
+        for connection in self._hub.all_connections():
+            expires_at = connection.expires_at
+            if expires_at is not None and expires_at <= now and not connection.closed.is_set():
+                connection.revoke(EXPIRED)
+
+    async def _sweep(self) -> None:
+        states = await self._accounts.credential_states()
+        ended = {aid: why for aid, state in states.items() if (why := newly_ended(self._states.get(aid), state))}
+        self._states = states
+        again, self._ended_last = self._ended_last, ended
+        ending = again | ended
+        if ending:
+            await self._end_accounts(ending)
+        connections = [c for c in self._hub.all_connections() if not c.closed.is_set()]
+        live = await self._accounts.live_tokens({c.token_id for c in connections if c.token_id is not None})
+        for connection in connections:
+            state = states.get(connection.account_id)
+            if state is None or state.disabled:
+                connection.revoke(ACCOUNT_DISABLED)
+            elif connection.token_id is not None and connection.token_id not in live:
+                connection.revoke(REVOKED)
+
+    async def _end_accounts(self, ending: dict[str, str]) -> None:
+        """Stop handling the accounts' messages, cancel their runs (bounded wait), then close their sockets."""
+        for account_id in ending:
+            for connection in self._hub.of_account(account_id):
+                connection.revoked = True
+        cancels: list[asyncio.Task[None]] = []
+        for account_id in ending:
+            task = asyncio.create_task(self._cancel_runs(account_id), name=f"revoke-runs-{account_id}")
+            self._background(task)  # a cancel that outlasts the wait still finishes
+            cancels.append(task)
+        await asyncio.wait(cancels, timeout=RUN_CANCEL_WAIT_SECONDS)
+        for account_id, why in ending.items():
+            for connection in self._hub.of_account(account_id):
+                connection.revoke(why)
+            log.info("account %s: %s; its sockets were closed", account_id, why.lower())
+
+    async def _cancel_runs(self, account_id: str) -> None:
+        """Cancel every active run of the account, each in its own task (a cancel waits for its run to end)."""
+        cancels = []
+        for conversation in await self._conversations.list(account_id):
+            run = self._runs.active(conversation.id)
+            if run is not None:
+                cancels.append(self._cancel_run(account_id, conversation.id, run.run_id))
+        await asyncio.gather(*cancels)
+
+    async def _cancel_run(self, account_id: str, conversation_id: str, run_id: str) -> None:
+        try:
+            await self._runs.cancel(account_id, conversation_id, run_id)
+        except PhebyError as exc:
+            log.warning("run %s of a revoked account not cancelled: %s", run_id, exc.message)
+        except Exception:
+            log.exception("cancelling run %s of a revoked account failed", run_id)
+
+
+def _data_version(conn: sqlite3.Connection) -> int:
+    """Moves whenever another connection (another process: the `pheby` command) commits to the database."""
+    version: int = conn.execute("PRAGMA data_version").fetchone()[0]
+    return version

@@ -1,0 +1,218 @@
+"""Revocation reaches live sockets: logout, `pheby account disable|revoke` from another process, expiry.
+
+A real uvicorn server, real WebSocket clients and the demo Hermes; the account commands run as a
+separate process on the live server's data dir, as an operator would run them.
+"""
+
+import asyncio
+import json
+import os
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from demo_hermes import DemoHermesServer
+from pheby.accounts import Accounts
+from pheby.db import Database
+from pheby.settings import Settings
+from tests.live_server import LiveServer
+from tests.ws_client import PhebyClient
+
+pytestmark = [pytest.mark.anyio, pytest.mark.live]
+PASSWORD = "pw-123456"
+CLOSE_POLICY_VIOLATION = 1008
+
+
+async def add_account(settings: Settings, name: str) -> str:
+    """Create an account with a password and an API token straight in the (live) database; return the token."""
+    db = Database(settings.database_path)
+    await db.open()
+    try:
+        accounts = Accounts(db)
+        account = await accounts.create(name, PASSWORD)
+        return (await accounts.issue_token(account.id, "api", None)).token
+    finally:
+        await db.close()
+
+
+async def login(server: LiveServer, name: str) -> str:
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as http:
+        response = await http.post("/api/auth/login", json={"username": name, "password": PASSWORD})
+    assert response.status_code == 200, response.text
+    token: str = response.json()["token"]
+    return token
+
+
+async def pheby_cli(server: LiveServer, *args: str) -> Any:
+    """Run `pheby --data-dir <the live server's> account ...` as another process; its JSON output."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PHEBY_", "HERMES_"))}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "pheby.cli",
+        "--data-dir",
+        str(server.settings.data_dir),
+        "account",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 0, err.decode()
+    return json.loads(out)
+
+
+@pytest.fixture
+async def opened() -> AsyncIterator[list[PhebyClient]]:
+    clients: list[PhebyClient] = []
+    yield clients
+    for client in clients:
+        if client.ws.close_code is None:
+            await client.close()
+
+
+@pytest.fixture
+def connect(live_server: LiveServer, opened: list[PhebyClient]) -> Callable[..., Any]:
+    async def open_client(secret: str) -> PhebyClient:
+        client = await PhebyClient.connect(live_server.ws_url, secret)
+        opened.append(client)
+        return client
+
+    return open_client
+
+
+async def assert_revoked(client: PhebyClient, timeout: float) -> None:
+    """The socket got an `unauthorized` error, then a policy-violation close, within `timeout` seconds."""
+    error = await client.wait_for(lambda f: f.get("type") == "error", timeout)
+    assert error["error"]["code"] == "unauthorized", error
+    assert await client.closed(timeout) == CLOSE_POLICY_VIOLATION
+
+
+async def assert_open(client: PhebyClient) -> None:
+    assert (await client.request("ping", "pong"))["type"] == "pong"
+
+
+async def start_slow_run(client: PhebyClient, server: LiveServer) -> tuple[str, str]:
+    """A `/demo slow` run under way: (conversation_id, Hermes's run id)."""
+    created = await client.request("conversation.create", "conversation.created", name="slow")
+    conversation_id: str = created["conversation_id"]
+    await client.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo slow")
+    await client.expect("message.delta", conversation_id=conversation_id)
+    run = server.services.runs.active(conversation_id)
+    assert run is not None
+    assert run.hermes_run_id
+    return conversation_id, run.hermes_run_id
+
+
+async def assert_run_cancelled(server: LiveServer, hermes: DemoHermesServer, conversation_id: str, run_id: str) -> None:
+    """From the server's side: no active run any more, and Hermes's run was stopped (not completed)."""
+    deadline = time.monotonic() + 10
+    while server.services.runs.active(conversation_id) is not None:
+        assert time.monotonic() < deadline, "the run is still active"
+        await asyncio.sleep(0.05)
+    async with httpx.AsyncClient(base_url=hermes.base_url, timeout=10) as http:
+        response = await http.get(f"/v1/runs/{run_id}", headers={"Authorization": f"Bearer {hermes.api_key}"})
+    assert response.json()["status"] == "cancelled", response.json()
+
+
+async def test_logout_closes_that_sessions_socket_and_no_other(
+    live_server: LiveServer, connect: Callable[..., Any]
+) -> None:
+    api_token = await add_account(live_server.settings, "alice")
+    session, other_session = await login(live_server, "alice"), await login(live_server, "alice")
+    by_session = await connect(session)
+    by_other_session = await connect(other_session)
+    by_token = await connect(api_token)
+    owner = await connect(live_server.secret)
+    async with httpx.AsyncClient(base_url=live_server.base_url, timeout=30) as http:
+        http.cookies.set("hope_session", session)
+        response = await http.post("/api/auth/logout", headers={"Origin": live_server.base_url})
+        assert response.status_code == 200
+    await assert_revoked(by_session, timeout=1.0)
+    for client in (by_other_session, by_token, owner):
+        await assert_open(client)
+
+
+async def test_disable_from_another_process_closes_the_accounts_sockets_and_cancels_its_run(
+    live_server: LiveServer, demo_hermes: DemoHermesServer, connect: Callable[..., Any]
+) -> None:
+    alice_token = await add_account(live_server.settings, "alice")
+    bob_token = await add_account(live_server.settings, "bob")
+    alice, alice_by_session = await connect(alice_token), await connect(await login(live_server, "alice"))
+    bob, owner = await connect(bob_token), await connect(live_server.secret)
+    conversation_id, run_id = await start_slow_run(alice, live_server)
+
+    shown = await pheby_cli(live_server, "disable", "alice")
+    assert shown["disabled"] is True
+    for client in (alice, alice_by_session):
+        await assert_revoked(client, timeout=5.0)
+    await assert_run_cancelled(live_server, demo_hermes, conversation_id, run_id)
+    for client in (bob, owner):
+        await assert_open(client)
+    with pytest.raises(AssertionError):  # refused while disabled
+        await PhebyClient.connect(live_server.ws_url, alice_token)
+
+    assert (await pheby_cli(live_server, "enable", "alice"))["disabled"] is False
+    again = await connect(alice_token)
+    await assert_open(again)
+
+
+async def test_revoke_from_another_process_ends_every_credential_of_the_account(
+    live_server: LiveServer, demo_hermes: DemoHermesServer, connect: Callable[..., Any]
+) -> None:
+    alice_token = await add_account(live_server.settings, "alice")
+    bob_token = await add_account(live_server.settings, "bob")
+    session = await login(live_server, "alice")
+    alice, alice_by_session, bob = await connect(alice_token), await connect(session), await connect(bob_token)
+    conversation_id, run_id = await start_slow_run(alice_by_session, live_server)
+
+    shown = await pheby_cli(live_server, "revoke", "alice")
+    assert shown["name"] == "alice"
+    assert shown["revoked"] == 2
+    for client in (alice, alice_by_session):
+        await assert_revoked(client, timeout=5.0)
+    await assert_run_cancelled(live_server, demo_hermes, conversation_id, run_id)
+    await assert_open(bob)
+    for stale in (alice_token, session):
+        with pytest.raises(AssertionError):
+            await PhebyClient.connect(live_server.ws_url, stale)
+    async with httpx.AsyncClient(base_url=live_server.base_url, timeout=30) as http:
+        me = await http.get("/api/me", headers={"Authorization": f"Bearer {session}"})
+        assert me.status_code == 401
+    fresh = (await pheby_cli(live_server, "token", "alice"))["token"]
+    await assert_open(await connect(fresh))
+
+
+async def test_account_list_prints_no_secrets(live_server: LiveServer) -> None:
+    token = await add_account(live_server.settings, "alice")
+    await pheby_cli(live_server, "disable", "alice")
+    listed = await pheby_cli(live_server, "list")
+    by_name = {entry["name"]: entry for entry in listed}
+    assert set(by_name) == {"owner", "alice"}
+    assert by_name["alice"]["disabled"] is True
+    assert by_name["owner"]["is_owner"] is True
+    text = json.dumps(listed)
+    for secret in (token, live_server.secret, "scrypt$", PASSWORD):
+        assert secret not in text
+
+
+async def test_an_expired_sessions_socket_is_closed(
+    start_live_server: Callable[[Settings], LiveServer],
+    live_settings: Callable[..., Settings],
+    opened: list[PhebyClient],
+) -> None:
+    server = start_live_server(live_settings(session_ttl_seconds=2))
+    await add_account(server.settings, "alice")
+    session = await login(server, "alice")
+    client = await PhebyClient.connect(server.ws_url, session)
+    opened.append(client)
+    owner = await PhebyClient.connect(server.ws_url, server.secret)
+    opened.append(owner)
+    await assert_open(client)
+    await assert_revoked(client, timeout=6.0)
+    await assert_open(owner)
