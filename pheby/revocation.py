@@ -4,7 +4,8 @@ Each connection remembers the credential it said hello with (`Connection.token_i
 `expires_at`; none for the owner secret). Three ways a credential stops working, three ways
 the server learns of it:
 
-- logout, in this process: `close_token` closes that token's sockets at once;
+- logout, in this process: `close_token` closes that token's sockets at once (and the next tick
+  sweeps, as below);
 - expiry: each tick closes the sockets whose session has expired (known in memory, no query);
 - `pheby account disable|revoke`, from another process: the server's SQLite connection sees its
   `PRAGMA data_version` move when another connection commits, so each tick costs one pragma,
@@ -85,7 +86,12 @@ class Revocations:
         self._ended_last: dict[str, str] = {}
 
     def close_token(self, token_id: str, message: str = LOGGED_OUT) -> int:
-        """Close every socket authenticated with `token_id` (just revoked in this process); how many."""
+        """Close every socket authenticated with `token_id` (just revoked in this process); how many.
+
+        The next tick sweeps too, for a socket whose hello was judged before the revocation but that
+        joined the hub after this look.
+        """
+        self._recheck = True
         closing = [c for c in self._hub.all_connections() if c.token_id == token_id and not c.closed.is_set()]
         for connection in closing:
             connection.revoke(message)
@@ -93,17 +99,20 @@ class Revocations:
 
     async def watch(self) -> None:
         """Check every `interval` seconds until cancelled; a failed check is logged and retried next tick."""
-        self._data_version = await self._db.run(_data_version)
-        self._states = await self._accounts.credential_states()
         while True:
-            await asyncio.sleep(self._interval)
             try:
                 await self.check()
-            except Exception:
-                log.warning("revocation check failed; trying again", exc_info=True)
+            except Exception as exc:  # noqa: BLE001 - the database busy a moment: one line, the next tick again
+                log.warning("revocation check failed (%s); trying again", type(exc).__name__)
+            await asyncio.sleep(self._interval)
 
     async def check(self) -> None:
-        """One tick: close expired sessions; after another process's commit, sweep."""
+        """One tick: close expired sessions; after another process's commit, sweep. The first tick
+        only learns the accounts' states."""
+        if self._data_version is None:
+            version = await self._db.run(_data_version)  # first: a change after it shows on the next tick
+            self._states, self._data_version = await self._accounts.credential_states(), version
+            return
         self._close_expired()
         version = await self._db.run(_data_version)
         changed, self._data_version = version != self._data_version, version
@@ -122,6 +131,8 @@ class Revocations:
         states = await self._accounts.credential_states()
         ended = {aid: why for aid, state in states.items() if (why := newly_ended(self._states.get(aid), state))}
         self._states = states
+        for account_id, why in ended.items():
+            log.info("account %s: %s; cancelling its runs and closing its sockets", account_id, why.lower())
         again, self._ended_last = self._ended_last, ended
         ending = again | ended
         if ending:
@@ -149,7 +160,6 @@ class Revocations:
         for account_id, why in ending.items():
             for connection in self._hub.of_account(account_id):
                 connection.revoke(why)
-            log.info("account %s: %s; its sockets were closed", account_id, why.lower())
 
     async def _cancel_runs(self, account_id: str) -> None:
         """Cancel every active run of the account, each in its own task (a cancel waits for its run to end)."""

@@ -16,13 +16,14 @@ import httpx
 import pytest
 
 from demo_hermes import DemoHermesServer
-from pheby.accounts import Accounts
+from pheby.accounts import Accounts, CredentialState
 from pheby.db import Database
+from pheby.revocation import ACCOUNT_DISABLED, ACCOUNT_REVOKED, newly_ended
 from pheby.settings import Settings
 from tests.live_server import LiveServer
 from tests.ws_client import PhebyClient
 
-pytestmark = [pytest.mark.anyio, pytest.mark.live]
+pytestmark = pytest.mark.anyio
 PASSWORD = "pw-123456"
 CLOSE_POLICY_VIOLATION = 1008
 
@@ -120,6 +121,25 @@ async def assert_run_cancelled(server: LiveServer, hermes: DemoHermesServer, con
     assert response.json()["status"] == "cancelled", response.json()
 
 
+@pytest.mark.parametrize(
+    ("before", "now", "why"),
+    [
+        (CredentialState(False, None), CredentialState(False, None), None),
+        (CredentialState(False, None), CredentialState(True, None), ACCOUNT_DISABLED),
+        (CredentialState(True, None), CredentialState(True, None), None),  # ended before: nothing new
+        (CredentialState(True, None), CredentialState(False, None), None),  # enabled again
+        (CredentialState(False, None), CredentialState(False, 10.0), ACCOUNT_REVOKED),
+        (CredentialState(False, 10.0), CredentialState(False, 10.0), None),
+        (CredentialState(False, 10.0), CredentialState(False, 20.0), ACCOUNT_REVOKED),  # revoked again
+        (None, CredentialState(False, None), None),  # a new account
+        (None, CredentialState(True, None), ACCOUNT_DISABLED),
+    ],
+)
+def test_what_ends_an_account(before: CredentialState | None, now: CredentialState, why: str | None) -> None:
+    assert newly_ended(before, now) == why
+
+
+@pytest.mark.live
 async def test_logout_closes_that_sessions_socket_and_no_other(
     live_server: LiveServer, connect: Callable[..., Any]
 ) -> None:
@@ -138,6 +158,7 @@ async def test_logout_closes_that_sessions_socket_and_no_other(
         await assert_open(client)
 
 
+@pytest.mark.live
 async def test_disable_from_another_process_closes_the_accounts_sockets_and_cancels_its_run(
     live_server: LiveServer, demo_hermes: DemoHermesServer, connect: Callable[..., Any]
 ) -> None:
@@ -162,6 +183,7 @@ async def test_disable_from_another_process_closes_the_accounts_sockets_and_canc
     await assert_open(again)
 
 
+@pytest.mark.live
 async def test_revoke_from_another_process_ends_every_credential_of_the_account(
     live_server: LiveServer, demo_hermes: DemoHermesServer, connect: Callable[..., Any]
 ) -> None:
@@ -188,6 +210,7 @@ async def test_revoke_from_another_process_ends_every_credential_of_the_account(
     await assert_open(await connect(fresh))
 
 
+@pytest.mark.live
 async def test_account_list_prints_no_secrets(live_server: LiveServer) -> None:
     token = await add_account(live_server.settings, "alice")
     await pheby_cli(live_server, "disable", "alice")
@@ -201,6 +224,7 @@ async def test_account_list_prints_no_secrets(live_server: LiveServer) -> None:
         assert secret not in text
 
 
+@pytest.mark.live
 async def test_an_expired_sessions_socket_is_closed(
     start_live_server: Callable[[Settings], LiveServer],
     live_settings: Callable[..., Settings],

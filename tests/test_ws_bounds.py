@@ -143,7 +143,7 @@ async def test_the_33rd_socket_of_an_account_is_refused(live_server: LiveServer)
 async def test_sockets_beyond_the_global_cap_are_refused(
     start_live_server: Callable[[Settings], LiveServer], live_settings: Callable[..., Settings]
 ) -> None:
-    server = start_live_server(live_settings(ws_max_connections=3))
+    server = start_live_server(live_settings(ws_max_connections=3, ws_hello_timeout=30.0))
     held = [await PhebyClient.connect(server.ws_url, server.secret) for _ in range(2)]
     quiet = await PhebyClient.connect(server.ws_url)  # a socket that has not said hello counts too
     refused = await PhebyClient.connect(server.ws_url)
