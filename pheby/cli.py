@@ -7,6 +7,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -15,20 +16,28 @@ from pheby.db import Database
 from pheby.errors import PhebyError
 from pheby.settings import Settings, SettingsError, load_settings
 
+DATA_DIR_HELP = "data directory (env PHEBY_DATA_DIR)"
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pheby", description="Pheby server")
-    parser.add_argument("--data-dir", type=Path, default=None, help="data directory (env PHEBY_DATA_DIR)")
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--data-dir", type=Path, default=None, help=DATA_DIR_HELP)
+    # Global options are accepted after the subcommand too: every leaf command also takes them, and
+    # leaves the top-level value alone unless given (SUPPRESS), so the later one wins.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--data-dir", type=Path, default=argparse.SUPPRESS, help=DATA_DIR_HELP)
+    commands = _Subcommands(parser.add_subparsers(dest="command", required=True), common)
 
     serve = commands.add_parser("serve", help="run the server (one uvicorn worker)")
     serve.add_argument("--host", default=None, help="listen address (env PHEBY_HOST, default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=None, help="listen port (env PHEBY_PORT, default 8620)")
-    serve.add_argument("--data-dir", dest="serve_data_dir", type=Path, default=None, help="data directory")
     serve.add_argument("--log-format", choices=["text", "json"], default=None, help="env PHEBY_LOG_FORMAT")
     serve.add_argument("--workers", type=int, default=1, help="must be 1: one process holds every WebSocket")
 
-    account = commands.add_parser("account", help="manage accounts").add_subparsers(dest="action", required=True)
+    account = _Subcommands(
+        commands.add_parser("account", help="manage accounts", leaf=False).add_subparsers(dest="action", required=True),
+        common,
+    )
     create = account.add_parser(
         "create",
         help="create an account; prints JSON {id, name}",
@@ -65,8 +74,8 @@ def _parser() -> argparse.ArgumentParser:
     own.add_argument("--api-key-stdin", action="store_true", help="read the account's API key from stdin")
     own.add_argument("--dashboard-token-stdin", action="store_true", help="then read its dashboard token")
 
-    hermes = commands.add_parser("hermes", help="the companion Hermes plugin")
-    plugin = hermes.add_subparsers(dest="action", required=True)
+    hermes = commands.add_parser("hermes", help="the companion Hermes plugin", leaf=False)
+    plugin = _Subcommands(hermes.add_subparsers(dest="action", required=True), common)
     install = plugin.add_parser("install-plugin", help="install or refresh the plugin in a Hermes home; prints JSON")
     install.add_argument("--home", type=Path, required=True, help="the gateway's HERMES_HOME")
     install.add_argument(
@@ -75,9 +84,21 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Subcommands:
+    """Adds subcommands; each leaf command also accepts the global options (`common`)."""
+
+    def __init__(self, group: "argparse._SubParsersAction[argparse.ArgumentParser]", common: argparse.ArgumentParser):
+        self._group = group
+        self._common = common
+
+    def add_parser(self, name: str, *, leaf: bool = True, **kwargs: Any) -> argparse.ArgumentParser:
+        parents = [self._common] if leaf else []
+        return self._group.add_parser(name, parents=parents, **kwargs)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    data_dir = getattr(args, "serve_data_dir", None) or args.data_dir
+    data_dir = args.data_dir
     try:
         if args.command == "serve":
             if args.workers != 1:

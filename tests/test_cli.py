@@ -163,3 +163,38 @@ def test_bad_setting_stops_with_one_line(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [result.stderr.strip()]
     assert "PHEBY_PORT" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["account", "create", "alice"],
+        ["account", "token", "alice"],
+        ["account", "disable", "alice"],
+        ["account", "enable", "alice"],
+        ["account", "revoke", "alice"],
+        ["account", "hermes", "alice"],
+        ["account", "list"],
+    ],
+    ids=lambda argv: " ".join(argv),
+)
+def test_data_dir_is_accepted_after_the_subcommand(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """`--data-dir` works before or after the subcommand, for every command."""
+    data = tmp_path / "after"
+    if argv[:2] != ["account", "create"]:
+        assert run_cli(capsys, "account", "create", "alice", "--data-dir", str(data))[0] == 0
+    code, out, err = run_cli(capsys, *argv, "--data-dir", str(data))
+    assert code == 0, err
+    assert "alice" in out or "phb_" in out
+    assert (data / "pheby.sqlite3").exists()
+
+
+def test_data_dir_after_the_subcommand_wins_over_the_one_before(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before, after = tmp_path / "before", tmp_path / "after"
+    assert run_cli(capsys, "--data-dir", str(before), "account", "create", "alice", "--data-dir", str(after))[0] == 0
+    assert (after / "pheby.sqlite3").exists()
+    assert not (before / "pheby.sqlite3").exists()
