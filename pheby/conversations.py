@@ -5,7 +5,7 @@ import hashlib
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import msgspec
 
@@ -71,10 +71,15 @@ def _load(conn: sqlite3.Connection, account_id: str, conversation_id: str) -> Co
     )
 
 
+# (account id, conversation id) → clean up what another domain keeps for a deleted conversation.
+OnDelete = Callable[[str, str], Awaitable[None]]
+
+
 class Conversations:
-    def __init__(self, db: Database, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, db: Database, clock: Callable[[], float] = time.time, on_delete: OnDelete | None = None) -> None:
         self._db = db
         self._clock = clock
+        self._on_delete = on_delete
 
     async def list(self, account_id: str) -> list[Conversation]:
         def q(conn: sqlite3.Connection) -> list[Conversation]:
@@ -148,6 +153,8 @@ class Conversations:
     async def delete(self, account_id: str, conversation_id: str) -> None:
         await self.get(account_id, conversation_id)
         await self._db.run(lambda c: c.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,)))
+        if self._on_delete is not None:
+            await self._on_delete(account_id, conversation_id)
 
     async def set_yolo(self, account_id: str, conversation_id: str, enabled: bool) -> Conversation:
         await self.get(account_id, conversation_id)
