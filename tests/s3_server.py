@@ -33,7 +33,7 @@ class CuttableS3Server:
     def _listen(self) -> None:
         connections, lock = self._connections, self._lock
 
-        class Handler(MotoRequestHandler):  # type: ignore[misc]
+        class Handler(MotoRequestHandler):
             def setup(self) -> None:
                 super().setup()
                 with lock:
