@@ -95,6 +95,8 @@ class S3Store(BlobStore):
         self._limiter = anyio.CapacityLimiter(max_threads)
         # Multipart uploads whose abort failed (S3 was down): retried by later puts and the sweep.
         self._unaborted: set[tuple[str, str, str]] = set()  # (key, full key, upload id)
+        # Multipart uploads of puts in progress here: the sweep never aborts them, however old they look.
+        self._in_flight: set[str] = set()
 
     async def put(
         self,
@@ -127,6 +129,7 @@ class S3Store(BlobStore):
                     rest = rest[room:]
                     if upload_id is None:
                         upload_id = await self._create_upload(key, full_key, content_type)
+                        self._in_flight.add(upload_id)
                     parts.append(await self._upload_part(key, full_key, upload_id, len(parts) + 1, part))
                     part = _Part()
                 part.append(rest)
@@ -140,6 +143,8 @@ class S3Store(BlobStore):
                 with anyio.CancelScope(shield=True):  # also on cancellation: no parts left to pay for
                     await self._abort_upload(key, full_key, upload_id)
             raise
+        finally:
+            self._in_flight.discard(upload_id or "")
         return BlobInfo(key=key, size=size, content_type=content_type, etag=etag)
 
     async def open(self, key: str) -> BlobReader:
@@ -203,7 +208,8 @@ class S3Store(BlobStore):
             raise StorageError(" ".join(str(err).split())) from None
 
     async def sweep_temporary(self, older_than: float) -> int:
-        """Abort the incomplete multipart uploads under the prefix started before `older_than`."""
+        """Abort the incomplete multipart uploads under the prefix started before `older_than` (except this
+        store's own puts in progress: a server's clock and S3's may disagree)."""
         if self._unaborted:
             await self._retry_aborts()
 
@@ -213,7 +219,7 @@ class S3Store(BlobStore):
                 (upload["Key"], upload["UploadId"])
                 for page in pages
                 for upload in page.get("Uploads", [])
-                if upload["Initiated"].timestamp() < older_than
+                if upload["Initiated"].timestamp() < older_than and upload["UploadId"] not in self._in_flight
             ]
 
         stale = await self._run(self.prefix, stale_uploads)

@@ -10,10 +10,15 @@ import contextlib
 import socket
 import threading
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import pytest
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from werkzeug.serving import make_server
+
+from storage import S3Store
 
 
 class CuttableS3Server:
@@ -69,3 +74,23 @@ class CuttableS3Server:
     def stop(self) -> None:
         with contextlib.suppress(Exception):
             self.cut()
+
+
+@pytest.fixture
+def aws_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Fake credentials, and no way to reach a real profile."""
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+
+
+@pytest.fixture
+def moto_s3(aws_credentials: None) -> Iterator[CuttableS3Server]:
+    """A moto S3 server with a new, empty bucket (`s3.bucket`); stopped at the end."""
+    server = CuttableS3Server()
+    S3Store(server.bucket, endpoint_url=server.url).client.create_bucket(Bucket=server.bucket)
+    yield server
+    server.stop()

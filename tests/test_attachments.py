@@ -470,7 +470,7 @@ async def test_retention_zero_keeps_forever(make_settings: Callable[..., Setting
 async def test_scheduler_runs_expiry_once_per_data_dir(client: AsyncTestClient[Any]) -> None:
     scheduler = client.app.state.scheduler
     assert scheduler is not None
-    assert {job.id for job in scheduler.get_jobs()} == {"expire-attachments", "poll-cron-sessions"}
+    assert {job.id for job in scheduler.get_jobs()} == {"expire-attachments", "poll-cron-sessions", "sweep-blobs"}
     assert scheduler.get_job("expire-attachments").trigger.interval.total_seconds() == 3600
     # A second app on the same data dir does not start a second scheduler.
     async with AsyncTestClient(create_app(client.app.state.services.settings)) as second:

@@ -9,8 +9,7 @@ import asyncio
 import logging
 import os
 import sqlite3
-from collections.abc import AsyncIterator, Callable, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
@@ -28,35 +27,19 @@ UNAVAILABLE = "unavailable"
 
 
 @pytest.fixture
-def aws_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-
-
-@pytest.fixture
-def s3(aws_credentials: None) -> Iterator[CuttableS3Server]:
-    server = CuttableS3Server()  # moto keeps buckets per process: each test has a new one
-    S3Store(server.bucket, endpoint_url=server.url).client.create_bucket(Bucket=server.bucket)
-    yield server
-    server.stop()
-
-
-@pytest.fixture
 def s3_server(
-    s3: CuttableS3Server, start_live_server: Callable[[Settings], LiveServer], live_settings: Callable[..., Settings]
+    moto_s3: CuttableS3Server,
+    start_live_server: Callable[[Settings], LiveServer],
+    live_settings: Callable[..., Settings],
 ) -> LiveServer:
-    return start_live_server(live_settings(storage="s3", s3_bucket=s3.bucket, s3_endpoint_url=s3.url))
+    return start_live_server(live_settings(storage="s3", s3_bucket=moto_s3.bucket, s3_endpoint_url=moto_s3.url))
 
 
-def s3_residue(s3: CuttableS3Server) -> tuple[list[str], list[str]]:
+def s3_residue(moto_s3: CuttableS3Server) -> tuple[list[str], list[str]]:
     """(object keys, keys of incomplete multipart uploads) in the bucket, read straight from moto."""
-    client = S3Store(s3.bucket, endpoint_url=s3.url).client
-    objects = [o["Key"] for o in client.list_objects_v2(Bucket=s3.bucket).get("Contents", [])]
-    uploads = [u["Key"] for u in client.list_multipart_uploads(Bucket=s3.bucket).get("Uploads", [])]
+    client = S3Store(moto_s3.bucket, endpoint_url=moto_s3.url).client
+    objects = [o["Key"] for o in client.list_objects_v2(Bucket=moto_s3.bucket).get("Contents", [])]
+    uploads = [u["Key"] for u in client.list_multipart_uploads(Bucket=moto_s3.bucket).get("Uploads", [])]
     return objects, uploads
 
 
@@ -107,9 +90,9 @@ async def stream_upload(
         return await http.post(url, params=params, content=body(), headers=headers(server, mime) | extra)
 
 
-async def wait_for_upload_started(s3: CuttableS3Server) -> None:
+async def wait_for_upload_started(moto_s3: CuttableS3Server) -> None:
     for _ in range(200):
-        if s3_residue(s3)[1]:
+        if s3_residue(moto_s3)[1]:
             return
         await asyncio.sleep(0.05)
     raise AssertionError("the multipart upload never started")
@@ -119,15 +102,15 @@ async def wait_for_upload_started(s3: CuttableS3Server) -> None:
 
 
 async def test_s3_stopped_mid_pheby_upload_is_503_leaves_nothing_and_recovers(
-    s3: CuttableS3Server, s3_server: LiveServer, caplog: pytest.LogCaptureFixture
+    moto_s3: CuttableS3Server, s3_server: LiveServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO)
     conversation_id = await new_conversation(s3_server)
     params = {"conversation_id": conversation_id, "filename": "big.bin"}
 
     async def cut_once_a_part_is_stored() -> None:
-        await wait_for_upload_started(s3)  # 8 MiB in: the server's multipart upload is under way
-        s3.cut()
+        await wait_for_upload_started(moto_s3)  # 8 MiB in: the server's multipart upload is under way
+        moto_s3.cut()
 
     size = 20 * MiB  # the first 8 MiB part goes before the cut, the rest can't
     response = await stream_upload(
@@ -141,7 +124,7 @@ async def test_s3_stopped_mid_pheby_upload_is_503_leaves_nothing_and_recovers(
     assert (status, body) == (503, {"status": "unavailable", "down": ["storage"]})
     no_tracebacks(caplog)
 
-    s3.restore()
+    moto_s3.restore()
 
     async def nothing() -> None:
         return None
@@ -149,7 +132,7 @@ async def test_s3_stopped_mid_pheby_upload_is_503_leaves_nothing_and_recovers(
     response = await stream_upload(s3_server, "/attachments", size, "application/octet-stream", params, nothing)
     assert response.status_code == 201, response.text
     assert attachment_rows(s3_server) == ["big.bin"]
-    objects, uploads = s3_residue(s3)
+    objects, uploads = s3_residue(moto_s3)
     assert len(objects) == 1  # the new upload's; nothing of the cut one
     assert uploads == []  # the cut upload's parts were aborted once S3 was back
     assert await readyz(s3_server) == (200, {"status": "ok"})
@@ -157,34 +140,34 @@ async def test_s3_stopped_mid_pheby_upload_is_503_leaves_nothing_and_recovers(
 
 
 async def test_s3_stopped_mid_hope_upload_is_503_leaves_nothing_and_recovers(
-    s3: CuttableS3Server, s3_server: LiveServer, caplog: pytest.LogCaptureFixture
+    moto_s3: CuttableS3Server, s3_server: LiveServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO)
     size = 4 * MiB  # Hope uploads are at most 8 MiB: one put, sent once the body is in
 
     async def cut() -> None:
-        s3.cut()
+        moto_s3.cut()
 
     response = await stream_upload(s3_server, "/api/attachments", size, "text/plain", {}, cut)
     assert response.status_code == 503, response.text
     assert response.json()["error"]["code"] == UNAVAILABLE
     assert attachment_rows(s3_server) == []
     assert (await readyz(s3_server))[1]["down"] == ["storage"]
-    s3.restore()
-    assert s3_residue(s3) == ([], [])
+    moto_s3.restore()
+    assert s3_residue(moto_s3) == ([], [])
 
     async def nothing() -> None:
         return None
 
     response = await stream_upload(s3_server, "/api/attachments", size, "text/plain", {}, nothing)
     assert response.status_code == 201, response.text
-    assert len(s3_residue(s3)[0]) == 1
+    assert len(s3_residue(moto_s3)[0]) == 1
     assert await readyz(s3_server) == (200, {"status": "ok"})
     no_tracebacks(caplog)
 
 
 async def test_downloads_while_s3_is_down_are_503_and_work_again_after(
-    s3: CuttableS3Server, s3_server: LiveServer, caplog: pytest.LogCaptureFixture
+    moto_s3: CuttableS3Server, s3_server: LiveServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO)
     conversation_id = await new_conversation(s3_server)
@@ -200,7 +183,7 @@ async def test_downloads_while_s3_is_down_are_503_and_work_again_after(
             pheby.json()["attachment"]["download_path"],
             f"/api/attachments/{hope.json()['attachment']['id']}/content",
         ]
-        s3.cut()
+        moto_s3.cut()
         for path in paths:
             response = await http.get(path)
             assert response.status_code == 503, response.text
@@ -208,7 +191,7 @@ async def test_downloads_while_s3_is_down_are_503_and_work_again_after(
         deleted = await http.delete(f"/api/attachments/{hope.json()['attachment']['id']}")
         assert deleted.status_code == 503
         assert (await readyz(s3_server))[0] == 503
-        s3.restore()
+        moto_s3.restore()
         assert (await http.get(paths[0])).content == b"pheby bytes"
         assert (await http.get(paths[1])).status_code == 404  # its delete tombstoned it before S3 failed
         assert await readyz(s3_server) == (200, {"status": "ok"})
