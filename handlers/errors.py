@@ -40,8 +40,10 @@ def pheby_error_handler(_: Request[Any, Any, Any], exc: PhebyError) -> Response[
     return error_response(exc.status_code, exc.code, exc.message)
 
 
-def storage_failure(exc: StorageError) -> PhebyError:
-    """What a client is told when the blob store raised: a missing blob is the attachment's 404."""
+def storage_failure(exc: StorageError, during: str) -> PhebyError:
+    """What a client is told when the blob store raised (a missing blob is the attachment's 404), and
+    the one warning line in the log; `during` says what was being done (for the log)."""
+    log.warning("storage failed during %s: %s: %s", during, type(exc).__name__, exc)
     if isinstance(exc, BlobNotFound):  # a live row whose bytes are gone: the same answer as no row
         return NotFound("Attachment unavailable")
     if isinstance(exc, BlobTooLarge):
@@ -50,9 +52,7 @@ def storage_failure(exc: StorageError) -> PhebyError:
 
 
 def storage_error_handler(request: Request[Any, Any, Any], exc: StorageError) -> Response[dict[str, dict[str, str]]]:
-    error = storage_failure(exc)
-    log.warning("storage failed on %s %s: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
-    return pheby_error_handler(request, error)
+    return pheby_error_handler(request, storage_failure(exc, f"{request.method} {request.url.path}"))
 
 
 def http_error_handler(request: Request[Any, Any, Any], exc: HTTPException) -> Response[dict[str, dict[str, str]]]:

@@ -17,6 +17,7 @@ import pytest
 
 from pheby.settings import Settings
 from storage import BlobReader, S3Store, StorageError
+from tests.files import PNG_1PX
 from tests.live_server import LiveServer
 from tests.s3_server import CuttableS3Server
 from tests.ws_client import PhebyClient
@@ -214,6 +215,9 @@ async def test_a_broken_blob_directory_is_503_and_recovers(
         stored = await http.post("/attachments", params=params, content=b"kept")
         assert stored.status_code == 201
         path = stored.json()["attachment"]["download_path"]
+        image = {"conversation_id": conversation_id, "filename": "b.png"}  # handed to the agent as a copy
+        png = {"Content-Type": "image/png"}
+        for_agent = (await http.post("/attachments", params=image, content=PNG_1PX, headers=png)).json()["attachment"]
         blobs.rename(blobs.with_name("blobs.away"))
         blobs.write_bytes(b"")  # the disk under the store is gone: a file where the directory was
         response = await http.post("/attachments", params=params, content=b"x" * 100_000)
@@ -223,8 +227,19 @@ async def test_a_broken_blob_directory_is_503_and_recovers(
             await http.post("/api/attachments", content=b"hope", headers={"X-Filename": "h.txt"})
         ).status_code == 503
         assert (await http.get(path)).status_code == 503
+        async with await PhebyClient.connect(live_server.ws_url, live_server.secret) as ws:
+            refused = await ws.request(
+                "chat.send",
+                "run.accepted",
+                conversation_id=conversation_id,
+                text="/demo echo",
+                attachment_ids=[for_agent["attachment_id"]],
+            )
+            assert refused["type"] == "error"
+            assert "storage is unavailable" in refused["error"]["message"]
+            assert (await ws.request("ping", "pong"))["type"] == "pong"  # the socket stays usable
         assert await readyz(live_server) == (503, {"status": "unavailable", "down": ["storage"]})
-        assert attachment_rows(live_server) == ["a.txt"]
+        assert attachment_rows(live_server) == ["a.txt", "b.png"]
 
         blobs.unlink()
         blobs.with_name("blobs.away").rename(blobs)
