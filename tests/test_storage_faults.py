@@ -18,7 +18,7 @@ import pytest
 from pheby.settings import Settings
 from storage import BlobReader, S3Store, StorageError
 from tests.files import PNG_1PX
-from tests.live_server import LiveServer
+from tests.live_server import LiveServer, free_port
 from tests.s3_server import CuttableS3Server
 from tests.ws_client import PhebyClient
 
@@ -287,3 +287,13 @@ class _FailsAfterOneChunk(BlobReader):
 
     async def aclose(self) -> None:
         await self._reader.aclose()
+
+
+async def test_readyz_names_each_thing_that_is_down(
+    start_live_server: Callable[[Settings], LiveServer], live_settings: Callable[..., Settings]
+) -> None:
+    server = start_live_server(live_settings(hermes_url=f"http://127.0.0.1:{free_port()}"))  # nothing listens
+    assert await readyz(server) == (503, {"status": "unavailable", "down": ["hermes"]})
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as http:
+        assert (await http.head("/readyz")).status_code == 503
+        assert (await http.get("/healthz")).json() == {"status": "ok"}  # liveness is another question
