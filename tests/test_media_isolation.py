@@ -6,6 +6,7 @@ A real uvicorn server, the demo Hermes (`/demo image` writes its PNG under the d
 
 import asyncio
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -18,7 +19,7 @@ from pheby.db import Database
 from pheby.media_files import media_roots_for
 from pheby.settings import Settings
 from tests.files import PNG_1PX
-from tests.live_server import LiveServer
+from tests.live_server import LiveServer, hermes_settings
 from tests.ws_client import PhebyClient
 
 pytestmark = [pytest.mark.anyio, pytest.mark.live]
@@ -140,3 +141,32 @@ async def test_agent_copies_are_per_account_and_go_with_their_conversation(live_
         await bob.request("conversation.delete", "conversation.deleted", conversation_id=conversation_id)
         assert not copy.exists()
         assert not copy.parent.exists()
+
+
+async def test_cron_output_of_an_account_without_roots_brings_no_files(
+    start_live_server: Callable[[Settings], LiveServer],
+    live_settings: Callable[..., Settings],
+    make_demo_hermes: Callable[..., DemoHermesServer],
+) -> None:
+    """Job polling delivers a cron run's MEDIA: files through the same decision as a run's."""
+    hermes = make_demo_hermes()
+    server = start_live_server(
+        live_settings(**hermes_settings(hermes), media_roots=(hermes.media_dir,), job_poll_seconds=0.3)
+    )
+    bob_id, bob_token = await add_account(server.settings, "bob")
+    async with (
+        await PhebyClient.connect(server.ws_url, bob_token) as bob,
+        await PhebyClient.connect(server.ws_url, server.secret) as owner,
+        httpx.AsyncClient(base_url=server.base_url, timeout=30) as http,
+    ):
+        await asyncio.sleep(0.8)  # the first poll sets the baseline: older cron sessions are history
+        for client, token in ((bob, bob_token), (owner, server.secret)):
+            body = {"name": "Chart", "schedule": "every 2h", "prompt": "/demo image"}
+            task = (await http.post("/api/tasks", json=body, headers={"Authorization": f"Bearer {token}"})).json()
+            ran = await http.post(f"/api/tasks/{task['task']['id']}/run", headers={"Authorization": f"Bearer {token}"})
+            assert ran.status_code < 300, ran.text
+            accepted = await client.expect("run.accepted", timeout=15)
+            await client.expect("run.finished", run_id=accepted["run_id"])
+        assert bob.seen("attachment.added") == []
+        assert attachment_rows(server.settings, bob_id) == []
+        assert len(owner.seen("attachment.added")) == 1
