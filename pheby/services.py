@@ -47,15 +47,16 @@ class Services:
         self.login_limiter = FailureLimiter(db, "login")
         self.hello_limiter = FailureLimiter(db, "hello")
         self.hub = Hub()
-        self.attachments = Attachments(db, blobs, settings)
-        # A deleted conversation's uploads are no longer left where the agent could read them.
-        self.conversations = Conversations(db, on_delete=self.attachments.remove_agent_copies)
+        self.conversations = Conversations(db)
         self.task_owners = TaskOwners(db)
         self.tasks = Tasks(hermes, self.task_owners)
         self.memory = MemoryFiles(hermes)
         self.artifacts = Artifacts(db, ArtifactLimits.from_settings(settings))
         self.change_feed = ChangeFeed(db)
         self.models = ModelChoices(hermes)
+        self.attachments = Attachments(db, blobs, settings)
+        # A deleted conversation's uploads are no longer left where the agent could read them.
+        self.conversations.when_deleted(self.attachments.remove_agent_copies)
         # The companion Hermes plugin: its link, the per-conversation settings it applies, its pushes.
         self.plugin_link = PluginLink(settings)
         self.conversation_settings = ConversationSettings(db, self.conversations, hermes, self.models, self.plugin_link)
