@@ -601,15 +601,18 @@ def _guess_mime(filename: str) -> str:
 
 def _remove_agent_copy(folder: Path) -> None:
     """Remove an upload's agent folder (and its account's, once empty); also where earlier versions
-    put it, directly under PHEBY_AGENT_MEDIA_DIR."""
+    put it, directly under PHEBY_AGENT_MEDIA_DIR. Best effort: a failure is one warning line."""
     account_folder = folder.parent
-    for candidate in (folder, account_folder.parent / folder.name):
-        if not candidate.is_dir() or candidate.is_symlink():
-            continue
-        for child in candidate.iterdir():
-            if child.is_file() and not child.is_symlink():
-                child.unlink()
-        with contextlib.suppress(OSError):  # something else in it: leave it
-            candidate.rmdir()
-    with contextlib.suppress(OSError):  # not empty: the account has other copies
-        account_folder.rmdir()
+    try:
+        for candidate in (folder, account_folder.parent / folder.name):
+            if not candidate.is_dir() or candidate.is_symlink():
+                continue
+            for child in candidate.iterdir():
+                if child.is_file() and not child.is_symlink():
+                    child.unlink()
+            with contextlib.suppress(OSError):  # something else in it: leave it
+                candidate.rmdir()
+        with contextlib.suppress(OSError):  # not empty: the account has other copies
+            account_folder.rmdir()
+    except OSError as exc:
+        log.warning("agent copy %s not removed (%s)", folder.name, exc.strerror or type(exc).__name__)
