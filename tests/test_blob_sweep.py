@@ -2,6 +2,7 @@
 live blobs and anything young enough to be an upload in progress stay."""
 
 import asyncio
+import logging
 import os
 import time
 import uuid
@@ -167,3 +168,28 @@ async def test_the_sweep_runs_at_start_up_and_hourly(make_settings: Callable[...
                 break
             await asyncio.sleep(0.05)
         assert await store.list("attachments/") == []
+
+
+async def test_a_sweep_while_storage_fails_is_one_warning_and_the_next_goes_on(
+    make_settings: Callable[..., Settings], caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = make_settings()
+    async with AsyncTestClient(create_app(settings)) as client:
+        await start_up_sweep_done(client)
+        services: Services = client.app.state.services
+        orphan = await Leftovers(services).orphan(age=2 * HOUR)
+        blobs = settings.data_dir / "blobs"
+        blobs.rename(blobs.with_name("blobs.away"))
+        blobs.write_bytes(b"")  # a file where the store's directory was
+        caplog.clear()
+        assert await sweep_blobs(services) is None
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == [
+            "blob sweep skipped: storage failed (StorageError)"
+        ]
+        assert not [r for r in caplog.records if r.exc_info]
+        blobs.unlink()
+        blobs.with_name("blobs.away").rename(blobs)
+        result = await sweep_blobs(services)
+        assert result is not None
+        assert result.orphans == 1
+        assert orphan not in await Leftovers(services).keys()
