@@ -52,6 +52,8 @@ _NOT_FOUND_CODES = {"NoSuchKey", "NotFound", "404"}  # HEAD errors carry only th
 # A store that stops answering must fail a request in seconds, not hang it for boto's default minute.
 CONNECT_TIMEOUT_SECONDS = 5.0
 READ_TIMEOUT_SECONDS = 20.0
+_UNABORTED_MAX = 1000  # failed aborts remembered for retrying (beyond: the sweep finds them)
+_RETRIES_PER_CALL = 5
 
 logger = logging.getLogger(__name__)
 
@@ -299,21 +301,27 @@ class S3Store(BlobStore):
         return _unquote(response.get("ETag")) or ""
 
     async def _abort_upload(self, key: str, full_key: str, upload_id: str) -> None:
+        def abort() -> None:
+            try:
+                self.client.abort_multipart_upload(Bucket=self.bucket, Key=full_key, UploadId=upload_id)
+            except ClientError as err:
+                if err.response.get("Error", {}).get("Code") != "NoSuchUpload":  # already gone is done
+                    raise
+
         try:
-            await self._run(
-                key,
-                lambda: self.client.abort_multipart_upload(Bucket=self.bucket, Key=full_key, UploadId=upload_id),
-            )
+            await self._run(key, abort)
         except StorageError as err:
-            # S3 is likely down: the next put (or the sweep, or the bucket's AbortIncompleteMultipartUpload
+            # S3 is likely down: a later put (or the sweep, or the bucket's AbortIncompleteMultipartUpload
             # rule) aborts it once it is back. The failure itself was reported by the put.
-            self._unaborted.add((key, full_key, upload_id))
+            if len(self._unaborted) < _UNABORTED_MAX:
+                self._unaborted.add((key, full_key, upload_id))
             logger.info("multipart upload %s of %r not aborted yet (%s)", upload_id, full_key, type(err).__name__)
         else:
             self._unaborted.discard((key, full_key, upload_id))
 
     async def _retry_aborts(self) -> None:
-        for key, full_key, upload_id in list(self._unaborted):
+        """Abort a few of the uploads whose abort failed earlier (each put pays for a few at most)."""
+        for key, full_key, upload_id in list(self._unaborted)[:_RETRIES_PER_CALL]:
             await self._abort_upload(key, full_key, upload_id)
 
     def _full_key(self, key: str) -> str:
