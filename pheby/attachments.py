@@ -1,8 +1,10 @@
 """Attachments of both surfaces: one table of metadata, bytes in the BlobStore.
 
 Pheby uploads wait unclaimed until `chat.send` takes them; agent deliverables arrive from
-`MEDIA:` tags; Hope uploads count against quotas. Each surface sees its own projection
-(`pheby_descriptor`, `hope_object`). All the SQL of the domain is here.
+`MEDIA:` tags (only from the roots the account may read); both kinds of uploads count against
+quotas. A row is written (durably) only after its bytes are stored, and deleted by tombstoning it
+before its bytes go; `sweep` removes bytes left without a live row either way. Each surface sees
+its own projection (`pheby_descriptor`, `hope_object`). All the SQL of the domain is here.
 """
 
 import base64
