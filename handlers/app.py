@@ -36,6 +36,7 @@ from handlers import (
     me,
     memory_get,
     memory_put,
+    readyz,
     research,
     tasks_create,
     tasks_delete,
@@ -55,6 +56,7 @@ from scheduler import running_scheduler
 
 ROUTES: list[ControllerRouterHandler] = [
     health.healthz,
+    readyz.readyz,
     auth_login.login,
     auth_logout.logout,
     me.me,

@@ -5,16 +5,15 @@ from typing import Any
 from litestar import Request, get
 from litestar.di import NamedDependency
 from litestar.params import FromPath
-from litestar.response import Stream
 
-from handlers.downloads import attachment_download
+from handlers.downloads import BlobResponse, attachment_download
 from pheby.services import Services
 
 
 @get("/attachments/{attachment_id:str}", tags=["pheby"])
 async def download_attachment(
     request: Request[Any, Any, Any], services: NamedDependency[Services], attachment_id: FromPath[str]
-) -> Stream:
+) -> BlobResponse:
     principal = await services.authenticator.for_attachments(request)
     attachment = await services.attachments.get(principal.account.id, attachment_id)
     return await attachment_download(services, attachment)

@@ -1,12 +1,22 @@
-"""Streaming an attachment's bytes: stored type, safe download name, nosniff, no caching."""
+"""Streaming an attachment's bytes: stored type, safe download name, nosniff, no caching.
 
+Once the headers are out, a storage failure can only cut the response: it ends without its last
+byte (the declared Content-Length tells the client it is incomplete) and the server logs one warning
+line, instead of an exception escaping into the ASGI server after the response started.
+"""
+
+import logging
 from collections.abc import AsyncIterator
 from urllib.parse import quote
 
-from litestar.response import Stream
+from litestar.response.streaming import ASGIStreamingResponse
+from litestar.types import Receive, Send
 
 from pheby.attachments import Attachment
 from pheby.services import Services
+from storage import BlobReader, StorageError
+
+log = logging.getLogger("pheby.http")
 
 
 def content_disposition(filename: str, disposition: str = "attachment") -> str:
@@ -15,17 +25,22 @@ def content_disposition(filename: str, disposition: str = "attachment") -> str:
     return f"{disposition}; filename=\"{fallback}\"; filename*=UTF-8''{quote(filename, safe='')}"
 
 
-async def attachment_download(services: Services, attachment: Attachment) -> Stream:
+class BlobResponse(ASGIStreamingResponse):
+    """A blob's bytes; a storage failure mid-stream cuts the response (the ASGI server closes the connection)."""
+
+    async def send_body(self, send: Send, receive: Receive) -> None:
+        try:
+            await super().send_body(send, receive)
+        except* StorageError as failures:
+            log.warning("download cut: storage failed mid-stream (%s)", failures.exceptions[0])
+
+
+async def attachment_download(services: Services, attachment: Attachment) -> BlobResponse:
     reader = await services.attachments.open_bytes(attachment)
-
-    async def body() -> AsyncIterator[bytes]:
-        async with reader:
-            async for chunk in reader:
-                yield chunk
-
-    return Stream(
-        body(),
+    return BlobResponse(
+        iterator=_chunks(reader),
         media_type=attachment.mime,
+        status_code=200,
         headers={
             "Content-Disposition": content_disposition(attachment.filename),
             "Content-Length": str(reader.info.size),
@@ -33,3 +48,9 @@ async def attachment_download(services: Services, attachment: Attachment) -> Str
             "X-Content-Type-Options": "nosniff",
         },
     )
+
+
+async def _chunks(reader: BlobReader) -> AsyncIterator[bytes]:
+    async with reader:
+        async for chunk in reader:
+            yield chunk

@@ -1,6 +1,8 @@
 """The one place errors become responses: `{"error": {"code", "message"}}`, nothing more.
 
-App `exception_handlers` apply to HTTP only; the WebSocket loop maps errors itself.
+Blob store failures become errors here too (`storage_failure`), not in each handler: the store
+failing (unreachable, timing out, refusing) is a 503 `unavailable` and one warning line, never a
+traceback. App `exception_handlers` apply to HTTP only; the WebSocket loop maps errors itself.
 """
 
 import logging
@@ -10,7 +12,8 @@ from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
-from pheby.errors import PhebyError
+from pheby.errors import NotFound, PhebyError, StorageUnavailable, TooLarge
+from storage import BlobNotFound, BlobTooLarge, StorageError
 
 log = logging.getLogger("pheby.http")
 
@@ -35,6 +38,21 @@ def error_response(status: int, code: str, message: str) -> Response[dict[str, d
 
 def pheby_error_handler(_: Request[Any, Any, Any], exc: PhebyError) -> Response[dict[str, dict[str, str]]]:
     return error_response(exc.status_code, exc.code, exc.message)
+
+
+def storage_failure(exc: StorageError, during: str) -> PhebyError:
+    """What a client is told when the blob store raised (a missing blob is the attachment's 404), and
+    the one warning line in the log; `during` says what was being done (for the log)."""
+    log.warning("storage failed during %s: %s: %s", during, type(exc).__name__, exc)
+    if isinstance(exc, BlobNotFound):  # a live row whose bytes are gone: the same answer as no row
+        return NotFound("Attachment unavailable")
+    if isinstance(exc, BlobTooLarge):
+        return TooLarge()
+    return StorageUnavailable()
+
+
+def storage_error_handler(request: Request[Any, Any, Any], exc: StorageError) -> Response[dict[str, dict[str, str]]]:
+    return pheby_error_handler(request, storage_failure(exc, f"{request.method} {request.url.path}"))
 
 
 def http_error_handler(request: Request[Any, Any, Any], exc: HTTPException) -> Response[dict[str, dict[str, str]]]:
@@ -69,6 +87,7 @@ def _first_error(extra: object) -> str:
 
 EXCEPTION_HANDLERS = {
     PhebyError: pheby_error_handler,
+    StorageError: storage_error_handler,
     HTTPException: http_error_handler,
     Exception: internal_error_handler,
 }

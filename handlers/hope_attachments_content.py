@@ -3,9 +3,8 @@
 from litestar import get
 from litestar.di import NamedDependency
 from litestar.params import FromPath
-from litestar.response import Stream
 
-from handlers.downloads import attachment_download
+from handlers.downloads import BlobResponse, attachment_download
 from pheby.auth import Principal
 from pheby.services import Services
 
@@ -13,6 +12,6 @@ from pheby.services import Services
 @get("/api/attachments/{attachment_id:str}/content", tags=["hope"])
 async def get_hope_attachment_content(
     current_user: NamedDependency[Principal], services: NamedDependency[Services], attachment_id: FromPath[str]
-) -> Stream:
+) -> BlobResponse:
     attachment = await services.attachments.get(current_user.account.id, attachment_id, "hope")
     return await attachment_download(services, attachment)

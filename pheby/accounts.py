@@ -6,6 +6,7 @@ digest is stored. The owner account is the one `PHEBY_SECRET` authenticates as.
 
 import hashlib
 import hmac
+import os
 import secrets
 import sqlite3
 import time
@@ -34,6 +35,8 @@ class HermesAccountSettings(msgspec.Struct, frozen=True, kw_only=True):
     home: str | None = None
     dashboard_url: str | None = None
     dashboard_token: str | None = None
+    # Directories of the server's disk this account's MEDIA: files may be copied from (never with `url`).
+    media_roots: tuple[str, ...] = ()
 
 
 class Account(msgspec.Struct, frozen=True, kw_only=True):
@@ -98,6 +101,7 @@ def _row_to_account(row: sqlite3.Row) -> Account:
             home=row["hermes_home"],
             dashboard_url=row["hermes_dashboard_url"],
             dashboard_token=row["hermes_dashboard_token"],
+            media_roots=tuple(msgspec.json.decode(row["media_roots"] or "[]", type=list[str])),
         ),
     )
 
@@ -170,12 +174,28 @@ class Accounts:
         return await self.get(account.id)
 
     async def set_hermes(self, name: str, hermes: HermesAccountSettings) -> None:
+        if hermes.url and hermes.media_roots:
+            raise BadRequest(
+                "An account with its own Hermes gateway can't be given media roots: its agent's files are not on "
+                "this server's disk (the companion plugin pushes them)"
+            )
+        if any(not os.path.isabs(root) for root in hermes.media_roots):
+            raise BadRequest("Media roots must be absolute paths")
         account = await self.get_by_name(name)
+        roots = msgspec.json.encode(list(hermes.media_roots)).decode() if hermes.media_roots else None
         await self._db.run(
             lambda c: c.execute(
                 "UPDATE accounts SET hermes_url = ?, hermes_api_key = ?, hermes_home = ?, "
-                "hermes_dashboard_url = ?, hermes_dashboard_token = ? WHERE id = ?",
-                (hermes.url, hermes.api_key, hermes.home, hermes.dashboard_url, hermes.dashboard_token, account.id),
+                "hermes_dashboard_url = ?, hermes_dashboard_token = ?, media_roots = ? WHERE id = ?",
+                (
+                    hermes.url,
+                    hermes.api_key,
+                    hermes.home,
+                    hermes.dashboard_url,
+                    hermes.dashboard_token,
+                    roots,
+                    account.id,
+                ),
             )
         )
 

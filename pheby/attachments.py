@@ -1,11 +1,14 @@
 """Attachments of both surfaces: one table of metadata, bytes in the BlobStore.
 
 Pheby uploads wait unclaimed until `chat.send` takes them; agent deliverables arrive from
-`MEDIA:` tags; Hope uploads count against quotas. Each surface sees its own projection
-(`pheby_descriptor`, `hope_object`). All the SQL of the domain is here.
+`MEDIA:` tags (only from the roots the account may read); both kinds of uploads count against
+quotas. A row is written (durably) only after its bytes are stored, and deleted by tombstoning it
+before its bytes go; `sweep` removes bytes left without a live row either way. Each surface sees
+its own projection (`pheby_descriptor`, `hope_object`). All the SQL of the domain is here.
 """
 
 import base64
+import contextlib
 import logging
 import mimetypes
 import os
@@ -20,6 +23,7 @@ import anyio
 import msgspec
 
 from pheby import changes
+from pheby.accounts import Account
 from pheby.db import Database
 from pheby.errors import BadRequest, Conflict, NotFound, TooLarge, Unprocessable, UnsupportedMediaType
 from pheby.events import iso_utc
@@ -33,10 +37,10 @@ from pheby.file_types import (
     filename_problem,
     is_text,
 )
-from pheby.media_files import MediaRefused, open_media_file, read_fd_chunks
+from pheby.media_files import MediaRefused, media_roots_for, open_media_file, read_fd_chunks
 from pheby.quotas import UploadQuota
 from pheby.settings import Settings
-from storage import BlobReader, BlobStore, BlobTooLarge
+from storage import BlobReader, BlobStore, BlobTooLarge, StorageError
 
 log = logging.getLogger("pheby.attachments")
 
@@ -125,8 +129,18 @@ def _row(row: sqlite3.Row) -> Attachment:
     return Attachment(**{k: row[k] for k in row.keys() if k != "deleted_at"})  # noqa: SIM118
 
 
-_QUOTA_STEP = 1024 * 1024  # a chunked Hope upload reserves quota this far ahead of its bytes
+_QUOTA_STEP = 1024 * 1024  # a chunked upload reserves quota this far ahead of its bytes
 _LIVE = "deleted_at IS NULL AND (expires_at IS NULL OR expires_at > ?)"
+_BLOB_PREFIX = "attachments/"
+# A blob with no row is swept only once it is this old: an upload's blob is written before its row.
+SWEEP_MIN_AGE_SECONDS = 3600.0
+
+
+class SweepResult(msgspec.Struct, frozen=True):
+    """What one sweep removed: blobs without a live row, and what failed puts left behind."""
+
+    orphans: int
+    temporary: int
 
 
 class ClaimedInput(msgspec.Struct, frozen=True):
@@ -147,10 +161,15 @@ class Attachments:
             per_account=settings.hope_account_quota_bytes,
             global_limit=settings.hope_global_quota_bytes,
         )
+        self.pheby_quota = UploadQuota(self._pheby_upload_bytes, per_account=settings.attachment_account_quota_bytes)
 
     @property
     def agent_media_dir(self) -> Path:
         return self._settings.agent_media_dir or (self._settings.data_dir / "agent-media")
+
+    def _agent_folder(self, attachment: Attachment) -> Path:
+        """Where an upload is written for the agent to read: a folder of its own in its account's."""
+        return self.agent_media_dir / attachment.account_id / attachment.id
 
     # --- storing ---------------------------------------------------------------------------
 
@@ -209,10 +228,14 @@ class Attachments:
                 if surface == "hope":  # the feed lists what the Hope surface can fetch
                     changes.record(conn, account_id, "attachment", attachment_id, deleted=False)
 
-            await self._db.transaction(insert)
+            # Durable before the 201: a client that was told "stored" never finds the row gone after a crash.
+            await self._db.transaction(insert, durable=True)
         except BaseException:
             with anyio.CancelScope(shield=True):
-                await self._blobs.delete(key)
+                try:
+                    await self._blobs.delete(key)
+                except StorageError as exc:  # the store is failing too: the sweep removes the orphan later
+                    log.info("blob of a failed upload left for the sweep (%s)", type(exc).__name__)
             raise
         return attachment
 
@@ -223,16 +246,19 @@ class Attachments:
         problem = filename_problem(filename)
         if problem is not None:
             raise BadRequest(problem)
-        return await self._store(
-            account_id=account_id,
-            surface="pheby",
-            direction="inbound",
-            filename=filename,
-            mime=base_mime(content_type),
-            chunks=body,
-            max_bytes=self._settings.attachment_max_bytes,
-            conversation_id=conversation_id,
-        )
+        limit = self._settings.attachment_max_bytes
+        # Counted against the account's quota as the bytes arrive (413 the moment it would pass).
+        async with self.pheby_quota.reserve(account_id) as reservation:
+            return await self._store(
+                account_id=account_id,
+                surface="pheby",
+                direction="inbound",
+                filename=filename,
+                mime=base_mime(content_type),
+                chunks=reservation.metered(body, step=_QUOTA_STEP, ceiling=limit),
+                max_bytes=limit,
+                conversation_id=conversation_id,
+            )
 
     async def upload_hope(
         self,
@@ -270,6 +296,16 @@ class Attachments:
         params: tuple[str, ...] = (account_id,) if account_id else ()
         sql = f"SELECT COALESCE(SUM(size), 0) FROM attachments WHERE {where}"  # noqa: S608 - fixed text, bound values
         row = await self._db.run(lambda c: c.execute(sql, params).fetchone())
+        return int(row[0])
+
+    async def _pheby_upload_bytes(self, account_id: str | None) -> int:
+        """The bytes of the account's live Pheby uploads (deliverables don't count against it)."""
+        now = self._clock()
+        sql = (
+            "SELECT COALESCE(SUM(size), 0) FROM attachments WHERE surface = 'pheby' AND direction = 'inbound' "  # noqa: S608
+            f"AND account_id = ? AND {_LIVE}"
+        )
+        row = await self._db.run(lambda c: c.execute(sql, (account_id, now)).fetchone())
         return int(row[0])
 
     # --- reading ---------------------------------------------------------------------------
@@ -316,9 +352,11 @@ class Attachments:
     # --- deleting and expiry ---------------------------------------------------------------
 
     async def delete(self, account_id: str, attachment_id: str, surface: Surface | None = None) -> None:
+        """Tombstone the row, then remove the bytes: a failure between leaves bytes nobody can fetch
+        (the download is a 404 from then on), which the sweep removes."""
         attachment = await self.get(account_id, attachment_id, surface)
-        await self._blobs.delete(attachment.blob_key)
         await self._tombstone(attachment)
+        await self._blobs.delete(attachment.blob_key)
 
     async def _tombstone(self, attachment: Attachment) -> None:
         now = self._clock()
@@ -332,10 +370,11 @@ class Attachments:
                 changes.record(conn, attachment.account_id, "attachment", attachment.id, deleted=True)
 
         await self._db.transaction(q)
-        await anyio.to_thread.run_sync(_remove_agent_copy, self.agent_media_dir / attachment.id)
+        await anyio.to_thread.run_sync(_remove_agent_copy, self._agent_folder(attachment))
 
     async def expire(self, now: float | None = None) -> int:
-        """Delete the bytes of every expired attachment and tombstone its row; returns how many."""
+        """Tombstone every expired attachment's row, then delete its bytes (and its agent copy); returns how
+        many. Bytes the store fails to delete are left to the sweep."""
         moment = self._clock() if now is None else now
         rows = await self._db.run(
             lambda c: c.execute(
@@ -345,9 +384,47 @@ class Attachments:
         )
         for row in rows:
             attachment = _row(row)
-            await self._blobs.delete(attachment.blob_key)
             await self._tombstone(attachment)
+            try:
+                await self._blobs.delete(attachment.blob_key)
+            except StorageError as exc:
+                log.warning("expired attachment's bytes left for the sweep (%s)", type(exc).__name__)
         return len(rows)
+
+    async def sweep(self, now: float | None = None) -> SweepResult:
+        """Remove blobs without a live row and what failed puts left behind.
+
+        A blob whose row is tombstoned goes at once; one with no row at all only once it is over
+        `SWEEP_MIN_AGE_SECONDS` old, since an upload in progress writes its blob before its row.
+        Raises StorageError when the store fails (the next sweep goes on from there).
+        """
+        moment = self._clock() if now is None else now
+        cutoff = moment - SWEEP_MIN_AGE_SECONDS
+        blobs = await self._blobs.list(_BLOB_PREFIX)  # listed first: a row written after this has its blob listed
+        rows = await self._db.run(lambda c: c.execute("SELECT blob_key, deleted_at FROM attachments").fetchall())
+        live = {row["blob_key"] for row in rows if row["deleted_at"] is None}
+        known = {row["blob_key"] for row in rows}
+        orphans = 0
+        for info in blobs:
+            if info.key in live:
+                continue
+            if info.key not in known and (info.modified_at is None or info.modified_at >= cutoff):
+                continue
+            await self._blobs.delete(info.key)
+            orphans += 1
+        temporary = await self._blobs.sweep_temporary(cutoff)
+        return SweepResult(orphans=orphans, temporary=temporary)
+
+    async def remove_agent_copies(self, account_id: str, conversation_id: str) -> None:
+        """Remove what was written for the agent to read from a (deleted) conversation's uploads."""
+        rows = await self._db.run(
+            lambda c: c.execute(
+                "SELECT * FROM attachments WHERE account_id = ? AND conversation_id = ? AND direction = 'inbound'",
+                (account_id, conversation_id),
+            ).fetchall()
+        )
+        for row in rows:
+            await anyio.to_thread.run_sync(_remove_agent_copy, self._agent_folder(_row(row)))
 
     # --- agent input -----------------------------------------------------------------------
 
@@ -389,7 +466,7 @@ class Attachments:
         return ClaimedInput(text="\n\n".join(parts), attachments=attachments)
 
     async def _copy_for_agent(self, attachment: Attachment) -> Path:
-        folder = self.agent_media_dir / attachment.id
+        folder = self._agent_folder(attachment)
         path = folder / attachment.filename
         await anyio.to_thread.run_sync(lambda: folder.mkdir(parents=True, exist_ok=True, mode=0o700))
         async with await self._blobs.open(attachment.blob_key) as reader, await anyio.open_file(path, "wb") as out:
@@ -456,10 +533,17 @@ class Attachments:
     # --- deliverables ----------------------------------------------------------------------
 
     async def store_deliverable(
-        self, account_id: str, conversation_id: str, message_id: str, raw_path: str
+        self, account: Account, conversation_id: str, message_id: str, raw_path: str
     ) -> Attachment | None:
-        """Copy a `MEDIA:` file into storage as an outbound attachment; None when it is refused."""
-        roots = self._settings.media_roots
+        """Copy a `MEDIA:` file into storage as an outbound attachment; None when it is refused.
+
+        Only from the roots the account may read (`media_roots_for`): the owner's PHEBY_MEDIA_ROOTS, the
+        roots another account was given, none for an account with its own gateway.
+        """
+        roots = media_roots_for(account, self._settings.media_roots)
+        if not roots:
+            log.warning("MEDIA: file skipped (the account may not deliver files from this server's disk)")
+            return None
         max_bytes = self._settings.attachment_max_bytes
         try:
             fd, _ = await anyio.to_thread.run_sync(open_media_file, raw_path, roots, max_bytes)
@@ -468,7 +552,7 @@ class Attachments:
             return None
         filename = os.path.basename(raw_path)
         return await self._store_outbound(
-            account_id, conversation_id, message_id, filename, _guess_mime(filename), read_fd_chunks(fd)
+            account.id, conversation_id, message_id, filename, _guess_mime(filename), read_fd_chunks(fd)
         )
 
     async def store_pushed_deliverable(
@@ -518,9 +602,19 @@ def _guess_mime(filename: str) -> str:
 
 
 def _remove_agent_copy(folder: Path) -> None:
-    if not folder.is_dir() or folder.is_symlink():
-        return
-    for child in folder.iterdir():
-        if child.is_file() and not child.is_symlink():
-            child.unlink()
-    folder.rmdir()
+    """Remove an upload's agent folder (and its account's, once empty); also where earlier versions
+    put it, directly under PHEBY_AGENT_MEDIA_DIR. Best effort: a failure is one warning line."""
+    account_folder = folder.parent
+    try:
+        for candidate in (folder, account_folder.parent / folder.name):
+            if not candidate.is_dir() or candidate.is_symlink():
+                continue
+            for child in candidate.iterdir():
+                if child.is_file() and not child.is_symlink():
+                    child.unlink()
+            with contextlib.suppress(OSError):  # something else in it: leave it
+                candidate.rmdir()
+        with contextlib.suppress(OSError):  # not empty: the account has other copies
+            account_folder.rmdir()
+    except OSError as exc:
+        log.warning("agent copy %s not removed (%s)", folder.name, exc.strerror or type(exc).__name__)

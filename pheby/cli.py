@@ -4,6 +4,7 @@
 import argparse
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -71,6 +72,16 @@ def _parser() -> argparse.ArgumentParser:
     own.add_argument("--url", default=None, help="the account's own gateway (then none of the server's credentials)")
     own.add_argument("--home", default=None, help="the account's Hermes home, for memory controls")
     own.add_argument("--dashboard-url", default=None, help="the account's Hermes dashboard")
+    own.add_argument(
+        "--media-root",
+        dest="media_roots",
+        action="append",
+        default=[],
+        type=os.path.abspath,
+        metavar="DIR",
+        help="a directory of this server's disk the account's MEDIA: files may be copied from (repeatable; "
+        "not with --url)",
+    )
     own.add_argument("--api-key-stdin", action="store_true", help="read the account's API key from stdin")
     own.add_argument("--dashboard-token-stdin", action="store_true", help="then read its dashboard token")
 
@@ -192,6 +203,7 @@ async def _set_hermes(accounts: Accounts, args: argparse.Namespace) -> dict[str,
         home=args.home or None,
         dashboard_url=args.dashboard_url or None,
         dashboard_token=dashboard_token or None,
+        media_roots=tuple(args.media_roots),
     )
     await accounts.set_hermes(args.name, hermes)
     account = await accounts.get_by_name(args.name)
@@ -204,6 +216,7 @@ def _shown_hermes(own: HermesAccountSettings) -> dict[str, object]:
         "url": own.url,
         "home": own.home,
         "dashboard_url": own.dashboard_url,
+        "media_roots": list(own.media_roots),
         "api_key": own.api_key is not None,
         "dashboard_token": own.dashboard_token is not None,
     }

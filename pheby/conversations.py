@@ -5,7 +5,7 @@ import hashlib
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import msgspec
 
@@ -71,10 +71,19 @@ def _load(conn: sqlite3.Connection, account_id: str, conversation_id: str) -> Co
     )
 
 
+# (account id, conversation id) → clean up what another domain keeps for a deleted conversation.
+OnDelete = Callable[[str, str], Awaitable[None]]
+
+
 class Conversations:
     def __init__(self, db: Database, clock: Callable[[], float] = time.time) -> None:
         self._db = db
         self._clock = clock
+        self._on_delete: list[OnDelete] = []
+
+    def when_deleted(self, hook: OnDelete) -> None:
+        """Run `hook(account_id, conversation_id)` after each conversation is deleted."""
+        self._on_delete.append(hook)
 
     async def list(self, account_id: str) -> list[Conversation]:
         def q(conn: sqlite3.Connection) -> list[Conversation]:
@@ -148,6 +157,8 @@ class Conversations:
     async def delete(self, account_id: str, conversation_id: str) -> None:
         await self.get(account_id, conversation_id)
         await self._db.run(lambda c: c.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,)))
+        for hook in self._on_delete:
+            await hook(account_id, conversation_id)
 
     async def set_yolo(self, account_id: str, conversation_id: str, enabled: bool) -> Conversation:
         await self.get(account_id, conversation_id)

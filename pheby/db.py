@@ -50,18 +50,29 @@ class Database:
         """Run `fn(conn)` on the database thread (autocommit: one statement, one transaction)."""
         return await self._submit(lambda: fn(self._connection()))
 
-    async def transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run `fn(conn)` inside BEGIN IMMEDIATE … COMMIT, rolled back if it raises."""
+    async def transaction(self, fn: Callable[[sqlite3.Connection], T], *, durable: bool = False) -> T:
+        """Run `fn(conn)` inside BEGIN IMMEDIATE … COMMIT, rolled back if it raises.
+
+        `durable`: the commit is on disk when this returns. With WAL and synchronous=NORMAL (the
+        default here) a commit survives a crash of the process but not of the machine; for this one
+        the WAL is fsynced at commit (synchronous=FULL), then the connection goes back to NORMAL.
+        """
 
         def wrapped() -> T:
             conn = self._connection()
-            conn.execute("BEGIN IMMEDIATE")
+            if durable:
+                conn.execute("PRAGMA synchronous=FULL")
             try:
-                result = fn(conn)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    result = fn(conn)
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
+            finally:
+                if durable:
+                    conn.execute("PRAGMA synchronous=NORMAL")
             return result
 
         return await self._submit(wrapped)

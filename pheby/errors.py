@@ -98,6 +98,10 @@ class Unavailable(PhebyError):
     default_message = "Hermes is unavailable"
 
 
+class StorageUnavailable(Unavailable):
+    default_message = "File storage is unavailable right now; try again in a moment"
+
+
 # --- Pheby protocol codes (also meaningful over HTTP) ---------------------------------------
 
 

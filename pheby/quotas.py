@@ -42,7 +42,8 @@ class Reservation:
 
 
 class UploadQuota:
-    def __init__(self, stored_bytes: StoredBytes, *, per_account: int, global_limit: int) -> None:
+    def __init__(self, stored_bytes: StoredBytes, *, per_account: int, global_limit: int | None = None) -> None:
+        """`global_limit` None: only the per-account limit applies."""
         self._stored_bytes = stored_bytes
         self._per_account = per_account
         self._global_limit = global_limit
@@ -65,7 +66,11 @@ class UploadQuota:
         """Reserve `wanted` more bytes if both limits allow, else `needed`; return how many were taken."""
         async with self._lock:
             account_left = self._per_account - await self._stored_bytes(account_id) - self._reserved[account_id]
-            global_left = self._global_limit - await self._stored_bytes(None) - sum(self._reserved.values())
+            global_left = (
+                account_left
+                if self._global_limit is None
+                else self._global_limit - await self._stored_bytes(None) - sum(self._reserved.values())
+            )
             if needed > account_left:
                 raise TooLarge("This upload would pass your storage quota")
             if needed > global_left:

@@ -28,7 +28,7 @@ from pheby.runs import AssistantTurn, RunManager
 from pheby.settings import Settings
 from pheby.task_owners import TaskOwners
 from pheby.tasks import Tasks
-from storage import BlobStore, open_blob_store
+from storage import BlobStore, StorageError, open_blob_store
 
 log = logging.getLogger("pheby.services")
 BACKGROUND_FINISH_SECONDS = 5.0  # how long shutdown waits for background work that must not be cut off
@@ -56,6 +56,8 @@ class Services:
         self.change_feed = ChangeFeed(db)
         self.models = ModelChoices(hermes)
         self.attachments = Attachments(db, blobs, settings)
+        # A deleted conversation's uploads are no longer left where the agent could read them.
+        self.conversations.when_deleted(self.attachments.remove_agent_copies)
         # The companion Hermes plugin: its link, the per-conversation settings it applies, its pushes.
         self.plugin_link = PluginLink(settings)
         self.conversation_settings = ConversationSettings(db, self.conversations, hermes, self.models, self.plugin_link)
@@ -92,15 +94,22 @@ class Services:
     async def _deliver_media(self, turn: AssistantTurn, paths: list[str]) -> None:
         """Copy a turn's `MEDIA:` files into storage and announce each to the account's clients.
 
-        A file that can't be stored (empty, grown past the limit, a storage error) is skipped alone.
+        Every way a turn's files arrive from the server's disk comes here (runs, cron output found by
+        job polling or pushed by the plugin), so `store_deliverable` decides, once per file, whether the
+        account may have it. A file that can't be stored (empty, grown past the limit, a storage error)
+        is skipped alone.
         """
+        account = await self.accounts.get(turn.account_id)
         for path in paths:
             try:
                 attachment = await self.attachments.store_deliverable(
-                    turn.account_id, turn.conversation_id, turn.message_id, path
+                    account, turn.conversation_id, turn.message_id, path
                 )
             except PhebyError as exc:
                 log.warning("MEDIA: file not stored (%s)", exc.message)
+                continue
+            except StorageError as exc:
+                log.warning("MEDIA: file not stored (storage failed: %s)", type(exc).__name__)
                 continue
             except Exception:
                 log.exception("MEDIA: file could not be stored")

@@ -61,6 +61,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     # Attachment limits. Pheby uploads and agent deliverables are bounded per file and by retention;
     # Hope uploads also count against per-account and global quotas.
     attachment_max_bytes: Annotated[int, msgspec.Meta(gt=0)] = 64 * MiB
+    # PHEBY_ATTACHMENT_ACCOUNT_QUOTA_BYTES: the live Pheby uploads one account may hold in all.
+    attachment_account_quota_bytes: Annotated[int, msgspec.Meta(gt=0)] = 1024 * MiB
     hope_upload_max_bytes: Annotated[int, msgspec.Meta(gt=0)] = 8 * MiB
     hope_account_quota_bytes: Annotated[int, msgspec.Meta(gt=0)] = 64 * MiB
     hope_global_quota_bytes: Annotated[int, msgspec.Meta(gt=0)] = 512 * MiB
@@ -130,6 +132,7 @@ ENV_NAMES: dict[str, str] = {
     "ws_max_connections": "PHEBY_WS_MAX_CONNECTIONS",
     "body_idle_timeout": "PHEBY_BODY_IDLE_TIMEOUT",
     "attachment_max_bytes": "PHEBY_ATTACHMENT_MAX_BYTES",
+    "attachment_account_quota_bytes": "PHEBY_ATTACHMENT_ACCOUNT_QUOTA_BYTES",
     "hope_upload_max_bytes": "PHEBY_HOPE_UPLOAD_MAX_BYTES",
     "hope_account_quota_bytes": "PHEBY_HOPE_ACCOUNT_QUOTA_BYTES",
     "hope_global_quota_bytes": "PHEBY_HOPE_GLOBAL_QUOTA_BYTES",

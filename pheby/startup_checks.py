@@ -6,6 +6,8 @@
 - Hermes should answer `GET /health`; if it doesn't, that is only a warning: it may come up later,
   and runs fail with `Unavailable` until it does.
 
+The storage and Hermes checks are `pheby.readiness`'s probes, the ones `GET /readyz` runs.
+
 A refusal is a `StartupRefused` whose message is one line for the operator; every check is logged.
 """
 
@@ -14,16 +16,14 @@ import os
 import tempfile
 from pathlib import Path
 
-import anyio
-from botocore.exceptions import BotoCoreError, ClientError
-
-import hermes_client as hc
+from pheby.readiness import ProbeFailed, hermes_health, storage_problem
 from pheby.settings import Settings
 from storage import S3Store
 
 log = logging.getLogger("pheby.startup")
 
 HERMES_TIMEOUT_SECONDS = 5.0
+BUCKET_TIMEOUT_SECONDS = 15.0  # boto retries a refused connection a few times before it gives up
 
 
 class StartupRefused(Exception):
@@ -72,31 +72,19 @@ async def check_bucket(settings: Settings) -> None:
     """HEAD the bucket with the same client configuration the server will use."""
     store = S3Store(settings.s3_bucket, prefix=settings.s3_prefix, endpoint_url=settings.s3_endpoint_url or None)
     try:
-        await anyio.to_thread.run_sync(lambda: store.client.head_bucket(Bucket=store.bucket))
-    except ClientError as exc:
-        error = exc.response.get("Error", {})
-        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        reason = {404: "no such bucket", 403: "access denied"}.get(status or 0) or error.get("Code") or str(status)
-        raise StartupRefused(f"PHEBY_S3_BUCKET: bucket {settings.s3_bucket!r} is not reachable ({reason})") from None
-    except BotoCoreError as exc:
-        reason = " ".join(str(exc).split())
-        raise StartupRefused(f"PHEBY_S3_BUCKET: bucket {settings.s3_bucket!r} is not reachable ({reason})") from None
+        problem = await storage_problem(store, BUCKET_TIMEOUT_SECONDS)
     finally:
         await store.aclose()
+    if problem is not None:
+        raise StartupRefused(f"PHEBY_S3_BUCKET: bucket {settings.s3_bucket!r} is not reachable ({problem})")
     log.info("S3 bucket %s is reachable", settings.s3_bucket)
 
 
 async def check_hermes(settings: Settings) -> str | None:
     """A warning if Hermes does not answer `GET /health` now, else None."""
     try:
-        async with hc.HermesClient(
-            settings.hermes_url,
-            settings.hermes_api_key,
-            connect_timeout=HERMES_TIMEOUT_SECONDS,
-            request_timeout=HERMES_TIMEOUT_SECONDS,
-        ) as client:
-            health = await client.health()
-    except hc.HermesError as exc:
+        health = await hermes_health(settings.hermes_url, settings.hermes_api_key, HERMES_TIMEOUT_SECONDS)
+    except ProbeFailed as exc:
         warning = f"Hermes at {settings.hermes_url} is not reachable yet ({exc}); runs fail until it is"
         log.warning("%s", warning)
         return warning

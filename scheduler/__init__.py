@@ -1,4 +1,4 @@
-"""The APScheduler jobs of the server process: Hermes job polling and attachment expiry.
+"""The APScheduler jobs of the server process: Hermes job polling, attachment expiry, the blob sweep.
 
 `running_scheduler` is entered in the app lifespan. A lock file in the data dir keeps a second
 server process on the same data (a second worker, an overlapping deploy) from running the jobs
@@ -10,11 +10,13 @@ import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from pheby.services import Services
 from scheduler.attachment_expiry import expire_attachments
+from scheduler.blob_sweep import sweep_blobs
 from scheduler.job_poller import poll_cron_sessions
 
 log = logging.getLogger("pheby.scheduler")
@@ -46,6 +48,15 @@ async def running_scheduler(services: Services) -> AsyncIterator[AsyncIOSchedule
         )
     scheduler.add_job(
         expire_attachments, "interval", hours=1, args=[services], id="expire-attachments", replace_existing=True
+    )
+    scheduler.add_job(
+        sweep_blobs,
+        "interval",
+        hours=1,
+        next_run_time=datetime.now(UTC),  # and once at start-up: a crash may have left leftovers
+        args=[services],
+        id="sweep-blobs",
+        replace_existing=True,
     )
     scheduler.start()
     try:

@@ -19,7 +19,11 @@ MAX_SEGMENT_BYTES = 255  # the usual file-name limit
 
 
 class StorageError(Exception):
-    """Base class of every blob store error."""
+    """Base class of every blob store error.
+
+    Raised as itself, it means the store failed (unreachable, timing out, refusing, a broken disk):
+    nothing the caller did, and it may pass when the store comes back.
+    """
 
 
 class BlobNotFound(StorageError):
@@ -43,12 +47,14 @@ class BlobInfo(msgspec.Struct, frozen=True, kw_only=True):
 
     `content_type` is None only in `list` results (listing does not fetch it).
     `etag` is opaque and unquoted; it changes whenever the blob is rewritten.
+    `modified_at` (Unix time the blob was last written) is set in `list` results only.
     """
 
     key: str
     size: int
     content_type: str | None = None
     etag: str | None = None
+    modified_at: float | None = None
 
 
 def split_key(key: str) -> list[str]:
@@ -140,6 +146,15 @@ class BlobStore(abc.ABC):
     @abc.abstractmethod
     async def list(self, prefix: str = "") -> builtins.list[BlobInfo]:
         """Return the blobs whose key starts with `prefix` (a plain string prefix), sorted by key."""
+
+    @abc.abstractmethod
+    async def check(self) -> None:
+        """Raise StorageError (its message a short reason) unless the store can be read and written now."""
+
+    @abc.abstractmethod
+    async def sweep_temporary(self, older_than: float) -> int:
+        """Remove what failed or abandoned puts left behind (temp files, incomplete uploads) that was
+        started before `older_than` (Unix time), never a put still in flight; returns how many."""
 
     async def aclose(self) -> None:  # noqa: B027 - most stores hold nothing to release
         """Release clients and connections."""

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TypeVar, TypeVarTuple
 
 import anyio
+import msgspec
 from anyio import to_thread
 
 from storage.base import (
@@ -119,6 +120,18 @@ class LocalDiskStore(BlobStore):
     async def list(self, prefix: str = "") -> builtins.list[BlobInfo]:
         """Walk the tree (never through symlinks), pruning directories that can't match."""
         return await _run(self._list, prefix)
+
+    async def check(self) -> None:
+        """Create and remove a temp file: the root is a directory we can write in."""
+
+        def probe() -> None:
+            self._new_temp().discard()
+
+        await _run(probe)
+
+    async def sweep_temporary(self, older_than: float) -> int:
+        """Remove temp files last written before `older_than` (a put in flight writes to its own often)."""
+        return await _run(self._sweep_temporary, older_than)
 
     # --- the blocking parts, run in worker threads ---
 
@@ -240,10 +253,34 @@ class LocalDiskStore(BlobStore):
                     with contextlib.suppress(FileNotFoundError):  # deleted while we walk
                         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
                         if stat.S_ISREG(st.st_mode):
-                            found.append(_info(key, st, None))
+                            found.append(msgspec.structs.replace(_info(key, st, None), modified_at=st.st_mtime))
         finally:
             os.close(root)
         return sorted(found, key=lambda info: info.key)
+
+    def _sweep_temporary(self, older_than: float) -> int:
+        try:
+            root = self._open_root(_TMP_DIR, create=False)
+        except BlobNotFound:
+            return 0
+        try:
+            try:
+                tmp_dir = os.open(_TMP_DIR, _DIR_FLAGS, dir_fd=root)
+            except FileNotFoundError:
+                return 0
+        finally:
+            os.close(root)
+        removed = 0
+        try:
+            for name in os.listdir(tmp_dir):
+                with contextlib.suppress(FileNotFoundError):  # its put just finished or discarded it
+                    st = os.stat(name, dir_fd=tmp_dir, follow_symlinks=False)
+                    if st.st_mtime < older_than and not stat.S_ISDIR(st.st_mode):
+                        os.unlink(name, dir_fd=tmp_dir)
+                        removed += 1
+        finally:
+            os.close(tmp_dir)
+        return removed
 
     def _set_content_type(self, fd: int, content_type: str) -> None:
         try:
@@ -337,8 +374,8 @@ class _TempFile:
                 os.unlink(self.name, dir_fd=self.dir_fd)
             if self.dir_fd >= 0:
                 os.close(self.dir_fd)
-        except OSError:
-            logger.exception("could not remove temp file %s", self.name)
+        except OSError as err:  # the sweep removes it later
+            logger.warning("could not remove temp file %s (%s)", self.name, err.strerror or type(err).__name__)
         finally:
             self.fd = self.dir_fd = -1
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 import boto3
+import urllib3.exceptions
 from anyio import to_thread
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
@@ -48,6 +49,11 @@ MIN_PART_SIZE = 5 * MiB  # S3's minimum for every part but the last
 _READ_SIZE = 1 * MiB
 _EXISTS_CODES = {"PreconditionFailed", "ConditionalRequestConflict"}
 _NOT_FOUND_CODES = {"NoSuchKey", "NotFound", "404"}  # HEAD errors carry only the status
+# A store that stops answering must fail a request in seconds, not hang it for boto's default minute.
+CONNECT_TIMEOUT_SECONDS = 5.0
+READ_TIMEOUT_SECONDS = 20.0
+_UNABORTED_MAX = 1000  # failed aborts remembered for retrying (beyond: the sweep finds them)
+_RETRIES_PER_CALL = 5
 
 logger = logging.getLogger(__name__)
 
@@ -82,11 +88,17 @@ class S3Store(BlobStore):
             region_name=region,
             config=Config(
                 max_pool_connections=max_threads,  # one connection per worker thread: no pool churn
+                connect_timeout=CONNECT_TIMEOUT_SECONDS,
+                read_timeout=READ_TIMEOUT_SECONDS,
                 retries={"mode": "standard"},
                 s3={"addressing_style": "path"} if endpoint_url else None,
             ),
         )
         self._limiter = anyio.CapacityLimiter(max_threads)
+        # Multipart uploads whose abort failed (S3 was down): retried by later puts and the sweep.
+        self._unaborted: set[tuple[str, str, str]] = set()  # (key, full key, upload id)
+        # Multipart uploads of puts in progress here: the sweep never aborts them, however old they look.
+        self._in_flight: set[str] = set()
 
     async def put(
         self,
@@ -100,6 +112,8 @@ class S3Store(BlobStore):
         """Buffer up to one part; one put_object, or a multipart upload; see `BlobStore.put`."""
         full_key = self._full_key(key)
         content_type = content_type or DEFAULT_CONTENT_TYPE
+        if self._unaborted:
+            await self._retry_aborts()
         part = _Part()
         size = 0
         upload_id: str | None = None
@@ -117,6 +131,7 @@ class S3Store(BlobStore):
                     rest = rest[room:]
                     if upload_id is None:
                         upload_id = await self._create_upload(key, full_key, content_type)
+                        self._in_flight.add(upload_id)
                     parts.append(await self._upload_part(key, full_key, upload_id, len(parts) + 1, part))
                     part = _Part()
                 part.append(rest)
@@ -130,6 +145,8 @@ class S3Store(BlobStore):
                 with anyio.CancelScope(shield=True):  # also on cancellation: no parts left to pay for
                     await self._abort_upload(key, full_key, upload_id)
             raise
+        finally:
+            self._in_flight.discard(upload_id or "")
         return BlobInfo(key=key, size=size, content_type=content_type, etag=etag)
 
     async def open(self, key: str) -> BlobReader:
@@ -168,12 +185,54 @@ class S3Store(BlobStore):
                 Bucket=self.bucket, Prefix=self.prefix + prefix
             )
             return [
-                BlobInfo(key=item["Key"][len(self.prefix) :], size=item["Size"], etag=_unquote(item.get("ETag")))
+                BlobInfo(
+                    key=item["Key"][len(self.prefix) :],
+                    size=item["Size"],
+                    etag=_unquote(item.get("ETag")),
+                    modified_at=item["LastModified"].timestamp(),
+                )
                 for page in pages
                 for item in page.get("Contents", [])
             ]
 
         return await self._run(prefix, list_all)
+
+    async def check(self) -> None:
+        """HEAD the bucket; the StorageError's message says why it is not reachable."""
+        try:
+            await to_thread.run_sync(lambda: self.client.head_bucket(Bucket=self.bucket), limiter=self._limiter)
+        except ClientError as err:
+            error = err.response.get("Error", {})
+            status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            reason = {404: "no such bucket", 403: "access denied"}.get(status or 0) or error.get("Code") or str(status)
+            raise StorageError(reason) from None
+        except BotoCoreError as err:
+            raise StorageError(" ".join(str(err).split())) from None
+
+    async def sweep_temporary(self, older_than: float) -> int:
+        """Abort the incomplete multipart uploads under the prefix started before `older_than` (except this
+        store's own puts in progress: a server's clock and S3's may disagree)."""
+        if self._unaborted:
+            await self._retry_aborts()
+
+        def stale_uploads() -> builtins.list[tuple[str, str]]:
+            pages = self.client.get_paginator("list_multipart_uploads").paginate(Bucket=self.bucket, Prefix=self.prefix)
+            return [
+                (upload["Key"], upload["UploadId"])
+                for page in pages
+                for upload in page.get("Uploads", [])
+                if upload["Initiated"].timestamp() < older_than and upload["UploadId"] not in self._in_flight
+            ]
+
+        stale = await self._run(self.prefix, stale_uploads)
+        for full_key, upload_id in stale:
+            await self._run(
+                full_key,
+                lambda k=full_key, u=upload_id: self.client.abort_multipart_upload(  # type: ignore[misc]
+                    Bucket=self.bucket, Key=k, UploadId=u
+                ),
+            )
+        return len(stale)
 
     async def aclose(self) -> None:
         """Close the client's connections, if this store made the client."""
@@ -242,13 +301,28 @@ class S3Store(BlobStore):
         return _unquote(response.get("ETag")) or ""
 
     async def _abort_upload(self, key: str, full_key: str, upload_id: str) -> None:
+        def abort() -> None:
+            try:
+                self.client.abort_multipart_upload(Bucket=self.bucket, Key=full_key, UploadId=upload_id)
+            except ClientError as err:
+                if err.response.get("Error", {}).get("Code") != "NoSuchUpload":  # already gone is done
+                    raise
+
         try:
-            await self._run(
-                key,
-                lambda: self.client.abort_multipart_upload(Bucket=self.bucket, Key=full_key, UploadId=upload_id),
-            )
-        except StorageError:  # the bucket's AbortIncompleteMultipartUpload rule is the backstop
-            logger.exception("could not abort multipart upload %s of %r", upload_id, full_key)
+            await self._run(key, abort)
+        except StorageError as err:
+            # S3 is likely down: a later put (or the sweep, or the bucket's AbortIncompleteMultipartUpload
+            # rule) aborts it once it is back. The failure itself was reported by the put.
+            if len(self._unaborted) < _UNABORTED_MAX:
+                self._unaborted.add((key, full_key, upload_id))
+            logger.info("multipart upload %s of %r not aborted yet (%s)", upload_id, full_key, type(err).__name__)
+        else:
+            self._unaborted.discard((key, full_key, upload_id))
+
+    async def _retry_aborts(self) -> None:
+        """Abort a few of the uploads whose abort failed earlier (each put pays for a few at most)."""
+        for key, full_key, upload_id in list(self._unaborted)[:_RETRIES_PER_CALL]:
+            await self._abort_upload(key, full_key, upload_id)
 
     def _full_key(self, key: str) -> str:
         split_key(key)
@@ -325,7 +399,7 @@ class _BodyReader(BlobReader):
         try:
             while chunk := await to_thread.run_sync(self._body.read, _READ_SIZE, limiter=self._limiter):
                 yield chunk
-        except BotoCoreError as err:  # connection lost or a short body
+        except (BotoCoreError, urllib3.exceptions.HTTPError, OSError) as err:  # connection lost or a short body
             raise StorageError(f"{self.info.key!r}: {err}") from err
         finally:
             self._body.close()

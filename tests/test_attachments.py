@@ -4,7 +4,10 @@ The API tests run twice: on local disk and on S3 (moto in-process).
 """
 
 import asyncio
+import sqlite3
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,9 +21,11 @@ from handlers.uploads import utf8_header
 from pheby.errors import Unprocessable
 from pheby.services import Services
 from pheby.settings import Settings
+from storage import StorageError
 from tests.conftest import TEST_SECRET
 from tests.files import PNG_1PX, corrupted_pdf, encrypted_pdf, text_pdf
 from tests.live_server import LiveServer
+from tests.ws_client import PhebyClient
 
 pytestmark = pytest.mark.anyio
 MiB = 1024 * 1024
@@ -470,8 +475,122 @@ async def test_retention_zero_keeps_forever(make_settings: Callable[..., Setting
 async def test_scheduler_runs_expiry_once_per_data_dir(client: AsyncTestClient[Any]) -> None:
     scheduler = client.app.state.scheduler
     assert scheduler is not None
-    assert {job.id for job in scheduler.get_jobs()} == {"expire-attachments", "poll-cron-sessions"}
+    assert {job.id for job in scheduler.get_jobs()} == {"expire-attachments", "poll-cron-sessions", "sweep-blobs"}
     assert scheduler.get_job("expire-attachments").trigger.interval.total_seconds() == 3600
     # A second app on the same data dir does not start a second scheduler.
     async with AsyncTestClient(create_app(client.app.state.services.settings)) as second:
         assert second.app.state.scheduler is None
+
+
+# --- deleting safely, quotas, agent copies ------------------------------------------------------
+
+
+async def test_a_failure_between_tombstone_and_byte_removal_leaves_a_404_not_a_500(
+    client: AsyncTestClient[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    services = services_of(client)
+    hope = (await hope_upload(client, b"hope bytes", "text/plain", "h.txt")).json()["attachment"]
+    content = f"/api/attachments/{hope['id']}/content"
+
+    async def failing_delete(key: str) -> None:
+        raise StorageError(f"{key!r}: the store failed")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(services.blobs, "delete", failing_delete)
+        deleted = await client.delete(f"/api/attachments/{hope['id']}", headers=OWNER)
+    assert deleted.status_code == 503
+    assert deleted.json()["error"]["code"] == "unavailable"
+    for path in (content, f"/api/attachments/{hope['id']}"):
+        response = await client.get(path, headers=OWNER)
+        assert response.status_code == 404, (path, response.text)
+    assert (await client.get("/api/attachments", headers=OWNER)).json()["attachments"] == []
+    assert len(await services.blobs.list("attachments/")) == 1  # the bytes: an orphan for the sweep
+    assert (await services.attachments.sweep()).orphans == 1
+    assert await services.blobs.list("attachments/") == []
+
+
+async def test_a_live_row_whose_bytes_are_gone_is_a_404(client: AsyncTestClient[Any]) -> None:
+    services = services_of(client)
+    conversation_id = await conversation(client)
+    pheby = (await pheby_upload(client, conversation_id, "a.md", b"a")).json()["attachment"]
+    hope = (await hope_upload(client, b"hope", "text/plain", "h.txt")).json()["attachment"]
+    for blob in await services.blobs.list("attachments/"):
+        await services.blobs.delete(blob.key)
+    for path in (pheby["download_path"], f"/api/attachments/{hope['id']}/content"):
+        response = await client.get(path, headers=OWNER)
+        assert response.status_code == 404, (path, response.text)
+        assert response.json() == {"error": {"code": "not_found", "message": "Attachment unavailable"}}
+
+
+@pytest.mark.live
+async def test_pheby_uploads_count_against_the_accounts_quota_while_streaming(
+    start_live_server: Callable[[Settings], LiveServer],
+    live_settings: Callable[..., Settings],
+    storage_settings: dict[str, Any],
+) -> None:
+    server = start_live_server(live_settings(attachment_account_quota_bytes=1000, **storage_settings))
+
+    async def refused_before_the_body_ends() -> bytes:
+        """Send 2,000 bytes of a body that never ends (chunked): the answer comes while it streams."""
+        reader, writer = await asyncio.open_connection(server.settings.host, server.settings.port)
+        path = f"/attachments?conversation_id={conversation_id}&filename=q.bin"
+        writer.write(
+            f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: {OWNER['Authorization']}\r\n"
+            "Transfer-Encoding: chunked\r\n\r\n".encode()
+        )
+        for _ in range(20):
+            writer.write(b"64\r\n" + b"x" * 100 + b"\r\n")
+        await writer.drain()
+        status = await asyncio.wait_for(reader.readline(), 10)
+        writer.close()
+        return status
+
+    async with await PhebyClient.connect(server.ws_url, server.secret) as ws:
+        conversation_id = (await ws.request("conversation.create", "conversation.created"))["conversation_id"]
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=30, headers=OWNER) as http:
+
+        async def upload(size: int) -> int:
+            params = {"conversation_id": conversation_id, "filename": "q.bin"}
+            return (await http.post("/attachments", params=params, content=b"x" * size)).status_code
+
+        assert await upload(600) == 201
+        assert (await refused_before_the_body_ends()).startswith(b"HTTP/1.1 413")
+        assert await upload(400) == 201  # exactly what is left
+        assert await upload(1) == 413
+    conn = sqlite3.connect(server.settings.database_path)
+    try:
+        assert conn.execute("SELECT COUNT(*), SUM(size) FROM attachments").fetchone() == (2, 1000)
+    finally:
+        conn.close()
+
+
+async def test_agent_copies_are_per_account_and_removed_at_expiry(client: AsyncTestClient[Any]) -> None:
+    services = services_of(client)
+    owner = await services.accounts.ensure_owner()
+    conversation_id = await conversation(client)
+    photo = (await pheby_upload(client, conversation_id, "p.png", PNG_1PX, **{"Content-Type": "image/png"})).json()
+    claimed = await services.attachments.prepare_chat_input(
+        owner.id, conversation_id, "look", [photo["attachment"]["attachment_id"]]
+    )
+    copy = Path(claimed.text.split(" at ", 1)[1].rstrip("]"))
+    assert copy.read_bytes() == PNG_1PX
+    assert copy.is_relative_to((services.attachments.agent_media_dir / owner.id).resolve())
+    assert await services.attachments.expire(now=time.time() + 30 * 86400) == 1
+    assert not copy.exists()
+    assert not copy.parent.exists()
+
+
+async def test_an_upload_row_is_committed_durably(client: AsyncTestClient[Any]) -> None:
+    """The 201 comes after a commit with synchronous=FULL (WAL fsynced), not the connection's NORMAL."""
+    services = services_of(client)
+    statements: list[str] = []
+    await services.db.run(lambda c: c.set_trace_callback(statements.append))
+    try:
+        conversation_id = await conversation(client)
+        assert (await pheby_upload(client, conversation_id, "d.md", b"durable")).status_code == 201
+    finally:
+        await services.db.run(lambda c: c.set_trace_callback(None))
+    insert = next(i for i, s in enumerate(statements) if s.startswith("INSERT INTO attachments"))
+    full = max(i for i, s in enumerate(statements[:insert]) if s.startswith("PRAGMA synchronous"))
+    assert statements[full] == "PRAGMA synchronous=FULL"
+    assert statements[insert + 1 :].index("COMMIT") < statements[insert + 1 :].index("PRAGMA synchronous=NORMAL")

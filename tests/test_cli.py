@@ -70,6 +70,7 @@ def test_account_hermes_settings(
         "url": "http://127.0.0.1:8650",
         "home": str(tmp_path / "alice-home"),
         "dashboard_url": None,
+        "media_roots": [],
         "api_key": True,
         "dashboard_token": True,
     }
@@ -89,8 +90,26 @@ def test_account_hermes_settings(
 
     code, out, _ = run_cli(capsys, *data, "account", "hermes", "alice")  # no options: the server's again
     assert code == 0
-    assert set(json.loads(out)["hermes"].values()) == {None, False}
+    shown = json.loads(out)["hermes"]
+    assert shown.pop("media_roots") == []
+    assert set(shown.values()) == {None, False}
     assert asyncio.run(stored()) == HermesAccountSettings()
+
+    roots = [str(tmp_path / "alice-media"), str(tmp_path / "shared")]
+    code, out, _ = run_cli(
+        capsys, *data, "account", "hermes", "alice", "--media-root", roots[0], "--media-root", roots[1]
+    )
+    assert code == 0
+    assert json.loads(out)["hermes"]["media_roots"] == roots
+    assert asyncio.run(stored()) == HermesAccountSettings(media_roots=tuple(roots))
+
+    # Her own gateway's files are on its machine: the server's disk is never read for her.
+    code, _, err = run_cli(
+        capsys, *data, "account", "hermes", "alice", "--url", "http://127.0.0.1:8650", "--media-root", roots[0]
+    )
+    assert code == 1
+    assert "own Hermes gateway can't be given media roots" in err
+    assert asyncio.run(stored()) == HermesAccountSettings(media_roots=tuple(roots))  # unchanged
 
 
 def test_account_enable_revoke_and_list(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

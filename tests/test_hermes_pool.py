@@ -2,6 +2,7 @@
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,7 +24,7 @@ def settings(make_settings: Callable[..., Settings], tmp_path: Path) -> Settings
     )
 
 
-def account(*, is_owner: bool = False, **hermes: str) -> Account:
+def account(*, is_owner: bool = False, **hermes: Any) -> Account:
     return Account(
         id="a" * 32,
         name="owner" if is_owner else "alice",

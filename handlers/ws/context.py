@@ -4,11 +4,13 @@ import logging
 
 from msgspec import UNSET, UnsetType
 
+from handlers.errors import storage_failure
 from pheby.accounts import Account
 from pheby.errors import PhebyError
 from pheby.events import Error, Event, error_event
 from pheby.hub import Connection
 from pheby.services import Services
+from storage import StorageError
 
 log = logging.getLogger("pheby.ws")
 
@@ -41,6 +43,8 @@ class WsContext:
 
 def error_for(exc: Exception, request_id: str | UnsetType) -> Error:
     """The protocol's error for what a handler raised; anything unexpected is logged and internal_error."""
+    if isinstance(exc, StorageError):  # mapped where HTTP maps it, without a traceback
+        exc = storage_failure(exc, "a WebSocket message")
     if isinstance(exc, PhebyError):
         code = exc.code if exc.code in PROTOCOL_CODES else "internal_error"
         return error_event(code, exc.message, request_id)
