@@ -28,7 +28,9 @@ from hermes_client import (
     RunEvent,
     SSEDataParser,
     ToolStarted,
+    UnknownEvent,
     decode_run_event,
+    event_name,
     sanitize_message,
 )
 from tests.demo_hermes_server import client_for
@@ -274,7 +276,7 @@ def test_jobs_keep_absent_fields_absent_and_tolerate_a_corrupted_repeat() -> Non
 # --- the run event stream ---------------------------------------------------------------------------
 
 
-async def test_stream_skips_comments_and_unknown_events_and_stops_at_the_end() -> None:
+async def test_stream_skips_comments_passes_unknown_events_as_such_and_stops_at_the_end() -> None:
     stream = (
         b": keepalive\n\n"
         + DELTA
@@ -289,9 +291,18 @@ async def test_stream_skips_comments_and_unknown_events_and_stops_at_the_end() -
     )
     async with sse_client(stream) as client:
         events = await read_events(client)
-    assert [type(e) for e in events] == [MessageDelta, ClarifyRetired, ToolStarted, RunCompleted]
-    tool = events[2]
+    assert [type(e) for e in events] == [
+        MessageDelta,
+        UnknownEvent,
+        UnknownEvent,
+        ClarifyRetired,
+        ToolStarted,
+        RunCompleted,
+    ]
+    assert [event_name(e) for e in events[1:3]] == ["subagent.start", "tool.output_risk"]
+    tool = events[4]
     assert isinstance(tool, ToolStarted)
+    assert tool.seq == 7, "an SSE id stands in for a seq the payload lacks"
     assert tool.tool_call_id == "call_1"
     assert tool.args == {"command": "ls"}
 
@@ -353,8 +364,10 @@ def test_sse_parser_rules() -> None:
     assert parser.feed(b"\n") == [b"partial"]
 
 
-def test_decode_run_event_returns_none_only_for_unknown_names() -> None:
-    assert decode_run_event(b'{"event": "x.custom", "run_id": "r"}') is None
+def test_decode_run_event_keeps_the_envelope_of_unknown_names() -> None:
+    assert decode_run_event(b'{"event": "x.custom", "run_id": "r", "seq": 4, "other": [1]}') == UnknownEvent(
+        name="x.custom", run_id="r", seq=4
+    )
     assert isinstance(decode_run_event(DELTA[6:-2]), MessageDelta)
 
 
