@@ -200,6 +200,8 @@ async def respond_clarify(request: Request[Any, Any, Any], run_id: FromPath[str]
 @post("/v1/runs/{run_id:str}/stop")
 async def stop_run(request: Request[Any, Any, Any], run_id: FromPath[str]) -> Response[bytes]:
     run = _known_run(request, run_id)
+    if run.finished and demo_state(request).features:
+        return json_response(run.status_json())  # 0.22-era: a finished run's status, not a 404
     if run.finished or run.task is None:
         raise _run_not_found(run_id)
     run.set_status("stopping", last_event="run.stopping")
