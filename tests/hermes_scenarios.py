@@ -121,8 +121,6 @@ DEMO_EXTRA_FIELDS: Final = {
     "tool.started": frozenset({"tool_call_id", "args"}),
     "tool.completed": frozenset({"tool_call_id"}),
 }
-# Against the 0.22-era gateway (reference) the demo (candidate) in replay mode has the same extras.
-DEMO_EXTRA_FIELDS_NEXT: Final = DEMO_EXTRA_FIELDS
 
 
 class EventShape(msgspec.Struct, frozen=True):
