@@ -725,3 +725,20 @@ async def test_unknown_events_injected_by_the_demo_leave_the_iteration_intact(
     assert all(isinstance(e, UnknownEvent) and e.run_id == handle.run_id for e in events[:4])
     assert [e.seq for e in events] == list(range(len(events)))
     assert isinstance(events[-1], RunCompleted)
+
+
+async def test_two_readers_of_a_live_run_on_the_replaying_demo_see_the_same_events(
+    demo_hermes_next_client: HermesClient,
+) -> None:
+    """0.22-era streams have any number of subscribers (0.19.0: one, the second gets 404)."""
+    handle = await demo_hermes_next_client.create_run("Say hi to both of you")
+    results: dict[int, list[RunEvent]] = {}
+
+    async def read(index: int) -> None:
+        results[index] = await read_run(demo_hermes_next_client, handle.run_id)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(read, 0)
+        group.start_soon(read, 1)
+    assert results[0] == results[1]
+    assert isinstance(results[0][-1], RunCompleted)
