@@ -26,4 +26,4 @@ test: lint typecheck
 	$(VENV)/bin/pytest -n 2 --dist loadgroup
 
 clean:
-	rm -rf $(VENV) .venv-hermes .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-hermes .venv-hermes-next .pytest_cache .mypy_cache .ruff_cache

@@ -83,9 +83,11 @@ RECORDER: Final = Recorder()
 ORIGINAL_RUN_EVENTS: Final = hc.HermesClient.run_events
 
 
-async def recording_run_events(self: hc.HermesClient, run_id: str) -> AsyncGenerator[hc.RunEvent, None]:
+async def recording_run_events(
+    self: hc.HermesClient, run_id: str, last_event_id: int | str | None = None
+) -> AsyncGenerator[hc.RunEvent, None]:
     deltas = RECORDER.deltas
-    async for event in ORIGINAL_RUN_EVENTS(self, run_id):
+    async for event in ORIGINAL_RUN_EVENTS(self, run_id, last_event_id):
         if type(event) is hc.MessageDelta:
             deltas.append((event.delta, event.timestamp, time.time()))
         yield event

@@ -10,6 +10,7 @@ from typing import Final
 
 from demo_hermes.echo import EchoReply, format_echo_reply
 from demo_hermes.media import write_demo_document, write_demo_png, write_empty_file
+from demo_hermes.newer import NEWER_DIRECTIVES
 from demo_hermes.turn import Turn
 
 __all__ = [
@@ -132,6 +133,7 @@ _DIRECTIVES: Final[dict[str, Callable[[Turn], Awaitable[None]]]] = {
     "slow": _slow,
     "fail": _fail,
     "echo": _echo,
+    **NEWER_DIRECTIVES,
 }
 
 

@@ -3,7 +3,7 @@
 import contextlib
 import hmac
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any, Final
 
@@ -11,6 +11,8 @@ from litestar import Litestar, Request
 from litestar.datastructures import State
 
 from demo_hermes.execution import run_cron_ticker
+from demo_hermes.newer import check_features
+from demo_hermes.replay import DEFAULT_BACKLOG_LIMIT
 from demo_hermes.routes import ALL_ROUTES
 from demo_hermes.state import DemoState, demo_state
 from demo_hermes.wire import HermesHTTPError, api_error, dashboard_error, handle_hermes_error
@@ -20,6 +22,7 @@ __all__ = ["create_demo_app"]
 PUBLIC_PATHS: Final = frozenset({"/health", "/v1/health", "/api/model/info"})
 DASHBOARD_PATHS: Final = ("/api/model/", "/api/config")
 DASHBOARD_TOKEN_HEADER: Final = "x-hermes-session-token"  # noqa: S105 - a header name, not a secret
+GATEWAY_MODEL_OPTIONS_PATH: Final = "/api/model/options"  # also a gateway route where model_options is on
 
 
 def _matches(given: str | None, expected: str) -> bool:
@@ -33,6 +36,9 @@ def authenticate(request: Request[Any, Any, Any]) -> None:
         return
     state = demo_state(request)
     authorization = request.headers.get("authorization")
+    gateway_key_ok = _matches(authorization, f"Bearer {state.api_key}")
+    if path == GATEWAY_MODEL_OPTIONS_PATH and "model_options" in state.features and gateway_key_ok:
+        return
     if path.startswith(DASHBOARD_PATHS):
         token = state.dashboard_token
         if not (
@@ -40,7 +46,7 @@ def authenticate(request: Request[Any, Any, Any]) -> None:
         ):
             raise dashboard_error(401, "Unauthorized")
         return
-    if not _matches(authorization, f"Bearer {state.api_key}"):
+    if not gateway_key_ok:
         raise api_error(401, "Invalid API key", "invalid_api_key")
 
 
@@ -54,6 +60,8 @@ def create_demo_app(
     max_concurrent_runs: int = 0,
     cron_tick_seconds: float = 1.0,
     answer_delay: float = 0.0,
+    features: Iterable[str] = (),
+    replay_backlog: int = DEFAULT_BACKLOG_LIMIT,
 ) -> Litestar:
     """Build the demo Hermes.
 
@@ -77,6 +85,8 @@ def create_demo_app(
         max_concurrent_runs=max_concurrent_runs,
         cron_tick_seconds=cron_tick_seconds,
         answer_delay=answer_delay,
+        features=check_features(features),
+        replay_backlog=replay_backlog,
     )
 
     @contextlib.asynccontextmanager

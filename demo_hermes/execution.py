@@ -50,7 +50,7 @@ def start_run(state: DemoState, run: Run, run_input: RunInput) -> None:
 
 
 async def _drive_run(state: DemoState, run: Run, run_input: RunInput) -> None:
-    settings = state.turn_settings()
+    settings = state.turn_settings(run)
     session = state.sessions.ensure(run.session_id, source="api_server", model=settings.model)
     state.sessions.add_message(session, "user", run_input.text)
     turn = Turn(

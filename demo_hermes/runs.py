@@ -2,13 +2,15 @@
 
 Stream semantics follow ``api_server.py``: events are queued from the moment the run is created (a
 late subscriber gets everything), a stream has a single consumer and no resume (once its response
-ends the queue is gone), and the end is marked by the ``: stream closed`` comment.
+ends the queue is gone), and the end is marked by the ``: stream closed`` comment. The 0.22-era
+stream (numbered events, replay, several subscribers) is ``demo_hermes.replay.ReplayRun``.
 """
 
 import asyncio
 import json
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -51,6 +53,8 @@ class Run:
     task: "asyncio.Task[None] | None" = None
     pending_approvals: "list[asyncio.Future[str]]" = field(default_factory=list)
     pending_clarify: PendingClarify | None = None
+    pending_steer: list[str] = field(default_factory=list)  # accepted steer texts the agent has not read yet
+    requested: dict[str, Any] = field(default_factory=dict)  # model/provider/model_options as the request sent them
     _queue: "asyncio.Queue[bytes | None]" = field(default_factory=asyncio.Queue)
     _stream: str = "unclaimed"  # unclaimed → claimed → closed
 
@@ -68,15 +72,18 @@ class Run:
         if payload["event"] not in _QUIET_EVENTS:
             self.updated_at = payload["timestamp"]
             self.last_event = payload["event"]
-        if self._stream != "closed":
-            self._queue.put_nowait(sse_frame(payload))
+        self._publish(payload)
 
     def finish(self, status: str) -> None:
         self.status = status
         self.finished_at = time.time()
         self.updated_at = self.finished_at
+        self._publish(None)
+
+    def _publish(self, payload: dict[str, Any] | None) -> None:
+        """Hand an event (None: the end) to the stream: 0.19.0 keeps one queue for one subscriber."""
         if self._stream != "closed":
-            self._queue.put_nowait(None)
+            self._queue.put_nowait(None if payload is None else sse_frame(payload))
 
     def set_status(self, status: str, last_event: str | None = None) -> None:
         self.status = status
@@ -86,15 +93,18 @@ class Run:
 
     # --- the single consumer ----------------------------------------------------------------------
 
-    def claim_stream(self) -> "asyncio.Queue[bytes | None] | None":
-        """Hand the event queue to its one subscriber; None if it was already taken or dropped."""
+    def claim_stream(self, last_event_id: str | None = None) -> "asyncio.Queue[bytes | None] | None":
+        """Hand the event queue to its one subscriber; None if it was already taken or dropped.
+
+        0.19.0 ignores ``Last-Event-ID``: it has nothing to resume from.
+        """
         if self._stream != "unclaimed":
             return None
         self._stream = "claimed"
         return self._queue
 
-    def close_stream(self) -> None:
-        """The subscriber's response ended: later events are dropped, as in 0.19.0."""
+    def close_stream(self, queue: "asyncio.Queue[bytes | None] | None" = None) -> None:
+        """The subscriber's response ended (or the sweep came): later events are dropped, as in 0.19.0."""
         self._stream = "closed"
         self._queue = asyncio.Queue()
 
@@ -133,13 +143,14 @@ class Run:
 
 
 class RunRegistry:
-    def __init__(self) -> None:
+    def __init__(self, make_run: Callable[..., Run] = Run) -> None:
         self._runs: dict[str, Run] = {}
+        self._make_run = make_run  # Run (0.19.0's stream) or a ReplayRun factory (0.22-era)
 
     def create(self, *, session_id: str | None, model: str) -> Run:
         self._sweep()
         run_id = f"run_{secrets.token_hex(16)}"
-        run = Run(run_id=run_id, session_id=session_id or run_id, model=model)
+        run = self._make_run(run_id=run_id, session_id=session_id or run_id, model=model)
         self._runs[run_id] = run
         return run
 

@@ -6,6 +6,7 @@ import socket
 import tempfile
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import Final, Self
@@ -14,6 +15,9 @@ import anyio.to_thread
 import uvicorn
 
 from demo_hermes.app import create_demo_app, new_api_key
+from demo_hermes.replay import DEFAULT_BACKLOG_LIMIT
+from demo_hermes.runs import Run
+from demo_hermes.state import DemoState
 
 __all__ = ["DemoHermesServer"]
 
@@ -26,6 +30,8 @@ class DemoHermesServer:
 
     The dashboard endpoints are served on the same port, so ``dashboard_url == base_url``.
     When no ``media_dir`` is given a temporary one is made, and removed again by ``stop()``.
+    ``features`` makes it a 0.22-era gateway (``{"run_replay", "run_steer", "model_options"}`` or some of
+    them, see ``demo_hermes.newer``); without, it is 0.19.0.
     """
 
     def __init__(
@@ -39,6 +45,8 @@ class DemoHermesServer:
         max_concurrent_runs: int = 0,
         cron_tick_seconds: float = 1.0,
         answer_delay: float = 0.0,
+        features: Iterable[str] = (),
+        replay_backlog: int = DEFAULT_BACKLOG_LIMIT,
     ) -> None:
         self.api_key = api_key or new_api_key()
         self.dashboard_token = dashboard_token or new_api_key()
@@ -53,6 +61,8 @@ class DemoHermesServer:
             max_concurrent_runs=max_concurrent_runs,
             cron_tick_seconds=cron_tick_seconds,
             answer_delay=answer_delay,
+            features=features,
+            replay_backlog=replay_backlog,
         )
         self._socket: socket.socket | None = None
         self._server: uvicorn.Server | None = None
@@ -71,6 +81,17 @@ class DemoHermesServer:
     @property
     def dashboard_url(self) -> str:
         return self.base_url
+
+    @property
+    def state(self) -> DemoState:
+        """Everything the demo holds (runs, sessions, config), for tests to look at."""
+        state = self.app.state.demo
+        assert isinstance(state, DemoState)
+        return state
+
+    def run(self, run_id: str) -> Run | None:
+        """A run by id, e.g. to see ``run.requested`` (the model, provider and model_options it was sent)."""
+        return self.state.runs.get(run_id)
 
     def start(self) -> Self:
         if self._thread is not None:

@@ -1,6 +1,7 @@
 """Everything one demo Hermes holds in memory, and how a route handler reaches it."""
 
 import asyncio
+import functools
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,7 +11,9 @@ from litestar import Request
 
 from demo_hermes.config import DemoConfig
 from demo_hermes.jobs import JobStore
-from demo_hermes.runs import RunRegistry
+from demo_hermes.newer import requested_settings
+from demo_hermes.replay import DEFAULT_BACKLOG_LIMIT, ReplayRun
+from demo_hermes.runs import Run, RunRegistry
 from demo_hermes.sessions import SessionStore
 from demo_hermes.turn import TurnSettings
 
@@ -27,6 +30,8 @@ class DemoState:
     max_concurrent_runs: int = 0  # 0 = unlimited, as in Hermes's config
     cron_tick_seconds: float = 1.0
     answer_delay: float = 0.0
+    features: frozenset[str] = frozenset()  # the 0.22-era features it has (demo_hermes.newer); none = 0.19.0
+    replay_backlog: int = DEFAULT_BACKLOG_LIMIT
     sessions: SessionStore = field(default_factory=SessionStore)
     runs: RunRegistry = field(default_factory=RunRegistry)
     jobs: JobStore = field(default_factory=JobStore)
@@ -34,9 +39,14 @@ class DemoState:
     running_jobs: set[str] = field(default_factory=set)
     tasks: "set[asyncio.Task[None]]" = field(default_factory=set)
 
-    def turn_settings(self) -> TurnSettings:
-        """A snapshot of the configuration, taken when a run or job starts (like Hermes's per-run reload)."""
-        return TurnSettings(
+    def __post_init__(self) -> None:
+        if "run_replay" in self.features:
+            self.runs = RunRegistry(functools.partial(ReplayRun, backlog_limit=self.replay_backlog))
+
+    def turn_settings(self, run: Run | None = None) -> TurnSettings:
+        """A snapshot of the configuration, taken when a run or job starts (like Hermes's per-run reload);
+        a run's own requested model, provider and effort win where the gateway has ``model_options``."""
+        settings = TurnSettings(
             model=self.config.model,
             provider=self.config.provider,
             reasoning_effort=self.config.reasoning_effort,
@@ -44,6 +54,7 @@ class DemoState:
             media_dir=self.media_dir,
             delta_delay=self.delta_delay,
         )
+        return settings if run is None else requested_settings(settings, run, self.features)
 
     def spawn(self, work: Coroutine[Any, Any, None]) -> "asyncio.Task[None]":
         """Run background work, holding a reference so it is neither collected nor forgotten at shutdown."""

@@ -83,6 +83,18 @@ class Turn:
         if self._run is not None:
             self._run.emit(name, fields)
 
+    def emit_event(self, name: str, fields: dict[str, Any]) -> None:
+        """Send any event on the run's stream (nothing for a cron turn), e.g. one a 0.19.0 client doesn't know."""
+        self._emit(name, fields)
+
+    def take_steer(self) -> str | None:
+        """The steer text that arrived since the last step (joined by newlines, as Hermes does), or None."""
+        if self._run is None or not self._run.pending_steer:
+            return None
+        text = "\n".join(self._run.pending_steer)
+        self._run.pending_steer.clear()
+        return text
+
     async def pause(self, seconds: float) -> None:
         if self._run is not None:
             await asyncio.sleep(seconds)

@@ -1,4 +1,4 @@
-"""Async client for the Hermes Agent gateway HTTP API (hermes-agent 0.19.0) and its dashboard."""
+"""Async client for the Hermes Agent gateway HTTP API (hermes-agent 0.19.0 and 0.22-era gateways) and its dashboard."""
 
 from hermes_client.client import HermesClient
 from hermes_client.errors import (
@@ -17,20 +17,26 @@ from hermes_client.events import (
     ClarifyRetired,
     MessageDelta,
     ReasoningAvailable,
+    ReplayTruncated,
     RunCancelled,
     RunCompleted,
     RunEvent,
     RunFailed,
+    RunInterrupted,
+    RunSteered,
     ToolCompleted,
     ToolStarted,
+    UnknownEvent,
     Usage,
     decode_run_event,
     event_name,
 )
 from hermes_client.models import (
+    NATIVE_FEATURES,
     ApprovalResult,
     ClarifyResult,
     Health,
+    HermesCapabilities,
     Job,
     JobRepeat,
     JobSchedule,
@@ -42,10 +48,12 @@ from hermes_client.models import (
     Session,
     SessionMessage,
     SessionPage,
+    SteerResult,
 )
 from hermes_client.sse import SSEDataParser
 
 __all__ = [
+    "NATIVE_FEATURES",
     "TERMINAL_EVENTS",
     "ApprovalRequest",
     "ApprovalResponded",
@@ -54,6 +62,7 @@ __all__ = [
     "ClarifyResult",
     "ClarifyRetired",
     "Health",
+    "HermesCapabilities",
     "HermesClient",
     "HermesError",
     "HermesNotFound",
@@ -68,18 +77,23 @@ __all__ = [
     "ModelOptions",
     "ProviderOption",
     "ReasoningAvailable",
+    "ReplayTruncated",
     "RunCancelled",
     "RunCompleted",
     "RunEvent",
     "RunFailed",
     "RunHandle",
+    "RunInterrupted",
     "RunStatus",
+    "RunSteered",
     "SSEDataParser",
     "Session",
     "SessionMessage",
     "SessionPage",
+    "SteerResult",
     "ToolCompleted",
     "ToolStarted",
+    "UnknownEvent",
     "Usage",
     "decode_run_event",
     "event_name",

@@ -12,12 +12,14 @@ from typing import Any, Final, Self, TypeVar
 import httpx
 import msgspec
 
-from hermes_client.errors import HermesUnavailable, HermesUpstreamError, error_from_response
+from hermes_client.errors import HermesNotFound, HermesUnavailable, HermesUpstreamError, error_from_response
 from hermes_client.events import RUN_EVENT_DECODER, TERMINAL_EVENTS, RunEvent, decode_run_event
 from hermes_client.models import (
     ApprovalResult,
+    CapabilitiesDocument,
     ClarifyResult,
     Health,
+    HermesCapabilities,
     Job,
     ModelInfo,
     ModelOptions,
@@ -26,8 +28,9 @@ from hermes_client.models import (
     Session,
     SessionMessage,
     SessionPage,
+    SteerResult,
 )
-from hermes_client.sse import SSEDataParser
+from hermes_client.sse import MAX_EVENT_ID_BYTES, SSEDataParser
 
 __all__ = ["HermesClient"]
 
@@ -69,12 +72,31 @@ def _decode(response: httpx.Response, type_: type[T]) -> T:
 
 def _decode_events(payloads: list[bytes]) -> list[RunEvent]:
     """Decode a chunk's event payloads: one comprehension over the prebuilt decoder (the hot path of a run
-    stream), and only if some payload fails it, one by one so unknown events can be skipped."""
+    stream), and only if some payload fails it, one by one so unknown events become ``UnknownEvent``."""
     decode = RUN_EVENT_DECODER.decode
     try:
         return [decode(data) for data in payloads]
     except msgspec.DecodeError:
-        return [event for event in map(decode_run_event, payloads) if event is not None]
+        return list(map(decode_run_event, payloads))
+
+
+def _decode_frames(payloads: list[bytes], ids: list[str | None] | None) -> list[RunEvent]:
+    """Decode a chunk's events; one without a ``seq`` in its payload takes a numeric SSE ``id:`` as its seq."""
+    events = _decode_events(payloads)
+    if ids is not None:
+        for index, frame_id in enumerate(ids):
+            if frame_id is not None and frame_id.isdigit() and events[index].seq is msgspec.UNSET:
+                events[index] = msgspec.structs.replace(events[index], seq=int(frame_id))
+    return events
+
+
+def _last_event_id_header(last_event_id: int | str | None) -> dict[str, str] | None:
+    if last_event_id is None:
+        return None
+    value = str(last_event_id)
+    if not value or len(value) > MAX_EVENT_ID_BYTES or not value.isascii() or not value.isprintable():
+        raise ValueError("last_event_id must be a short printable ASCII value, e.g. an event's seq")
+    return {"Last-Event-ID": value}
 
 
 def _without_none(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -191,6 +213,27 @@ class HermesClient:
         """``GET /health`` (no auth needed)."""
         return _decode(await self._send("GET", "/health"), Health)
 
+    async def get_capabilities(self) -> HermesCapabilities:
+        """What this gateway offers: ``GET /health`` for its version, ``GET /v1/capabilities`` for its features.
+
+        A gateway without the capabilities route (404) has no native features: the result then has
+        ``advertised`` False and empty ``features``; that is not an error. 0.19.0 answers the route, without
+        any of ``NATIVE_FEATURES``.
+        """
+        health = await self.health()
+        try:
+            response = await self._send("GET", "/v1/capabilities")
+        except HermesNotFound:
+            return HermesCapabilities(version=health.version)
+        document = _decode(response, CapabilitiesDocument)
+        return HermesCapabilities(
+            version=health.version,
+            advertised=True,
+            features=frozenset(name for name, value in document.features.items() if value is True),
+            endpoints=frozenset(document.endpoints),
+            model=document.model,
+        )
+
     # --- runs -------------------------------------------------------------------------------------
 
     async def create_run(
@@ -201,8 +244,14 @@ class HermesClient:
         conversation_history: Sequence[Mapping[str, str]] | None = None,
         instructions: str | None = None,
         model: str | None = None,
+        provider: str | None = None,
+        model_options: Mapping[str, Any] | None = None,
     ) -> RunHandle:
-        """Start a run. 0.19.0 loads no history for ``session_id``: pass ``conversation_history``."""
+        """Start a run. 0.19.0 loads no history for ``session_id``: pass ``conversation_history``.
+
+        ``model``, ``provider`` and ``model_options`` (e.g. ``{"reasoning_effort": "low"}``) choose the model
+        for this run alone on a gateway that advertises ``model_options``; 0.19.0 ignores all three.
+        """
         body = _without_none(
             {
                 "input": input if isinstance(input, str) else [dict(message) for message in input],
@@ -212,27 +261,33 @@ class HermesClient:
                 ),
                 "instructions": instructions,
                 "model": model,
+                "provider": provider,
+                "model_options": None if model_options is None else dict(model_options),
             }
         )
         return _decode(await self._send("POST", "/v1/runs", json=body), RunHandle)
 
-    async def run_events(self, run_id: str) -> AsyncGenerator[RunEvent, None]:
-        """Stream the events of a run until its terminal event (completed, failed or cancelled).
+    async def run_events(self, run_id: str, last_event_id: int | str | None = None) -> AsyncGenerator[RunEvent, None]:
+        """Stream the events of a run until its terminal event (completed, failed, cancelled or interrupted).
 
-        Hermes allows one consumer per run and no resume: once this stream ends, for any reason, a
-        new subscription gets ``HermesNotFound``. A stream that ends before a terminal event raises
-        ``HermesUnavailable``. Event names this client does not know are skipped. Wrap the iterator
-        in ``contextlib.aclosing`` when leaving it early, so the connection closes at once.
+        0.19.0 allows one consumer per run and no resume: once this stream ends, for any reason, a new
+        subscription gets ``HermesNotFound``. A 0.22-era gateway numbers its events (``event.seq``) and
+        keeps the last 1000 of a run: pass the ``seq`` of the last event handled as ``last_event_id``
+        (sent as ``Last-Event-ID``) to get exactly the events after it; a ``ReplayTruncated`` event first
+        says some are gone. A stream that ends before a terminal event raises ``HermesUnavailable``.
+        Event names this client does not know arrive as ``UnknownEvent`` (logged once per name). Wrap the
+        iterator in ``contextlib.aclosing`` when leaving it early, so the connection closes at once.
         """
         path = f"/v1/runs/{run_id}/events"
+        headers = _last_event_id_header(last_event_id)
         try:
-            async with self._gateway.stream("GET", path, timeout=self._stream_timeout) as response:
+            async with self._gateway.stream("GET", path, headers=headers, timeout=self._stream_timeout) as response:
                 if response.status_code != 200:
                     await response.aread()
                     raise error_from_response(response.status_code, response.content)
                 parser = SSEDataParser()
                 async for chunk in response.aiter_bytes():
-                    for event in _decode_events(parser.feed(chunk)):
+                    for event in _decode_frames(*parser.feed_frames(chunk)):
                         yield event
                         if type(event) in _TERMINAL_TYPES:
                             return
@@ -251,6 +306,14 @@ class HermesClient:
         if all:
             body["all"] = True
         return _decode(await self._send("POST", f"/v1/runs/{run_id}/approval", json=body), ApprovalResult)
+
+    async def steer_run(self, run_id: str, text: str) -> SteerResult:
+        """Hand a running agent more guidance (a gateway advertising ``run_steer``); it reads it at its next step.
+
+        A run that is not running is ``HermesRejected`` 409 ``run_not_accepting_steer``; a gateway without
+        the route (0.19.0) answers ``HermesNotFound``.
+        """
+        return _decode(await self._send("POST", f"/v1/runs/{run_id}/steer", json={"text": text}), SteerResult)
 
     async def stop_run(self, run_id: str) -> RunHandle:
         """Ask a run to stop; ``run.cancelled`` follows on its stream. A finished run is ``HermesNotFound``."""
@@ -353,6 +416,11 @@ class HermesClient:
     async def run_job(self, job_id: str) -> Job:
         """Run a job now. Its output appears later as session ``cron_<job id>_<YYYYMMDD_HHMMSS>``."""
         return _decode(await self._send("POST", f"/api/jobs/{job_id}/run"), _JobEnvelope).job
+
+    async def api_model_options(self) -> ModelOptions:
+        """The API server's own ``GET /api/model/options`` (a gateway advertising ``model_options``): the
+        same provider and model inventory as the dashboard's, with the gateway's key, no dashboard needed."""
+        return _decode(await self._send("GET", "/api/model/options"), ModelOptions)
 
     # --- dashboard --------------------------------------------------------------------------------
 

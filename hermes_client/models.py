@@ -5,7 +5,7 @@ responses default to ``UNSET``, so an absent field stays absent when the struct 
 Shapes follow hermes-agent 0.19.0 (see the project's ``HERMES_API.md``).
 """
 
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -13,9 +13,12 @@ from msgspec import UNSET, UnsetType
 from hermes_client.events import Usage
 
 __all__ = [
+    "NATIVE_FEATURES",
     "ApprovalResult",
+    "CapabilitiesDocument",
     "ClarifyResult",
     "Health",
+    "HermesCapabilities",
     "Job",
     "JobRepeat",
     "JobSchedule",
@@ -27,6 +30,7 @@ __all__ = [
     "Session",
     "SessionMessage",
     "SessionPage",
+    "SteerResult",
 ]
 
 
@@ -38,6 +42,55 @@ class Health(_Response, frozen=True):
     status: str
     platform: str | None = None
     version: str | None = None
+
+
+# --- capabilities -----------------------------------------------------------------------------------
+
+# The features of a 0.22-era gateway the server uses natively where they are advertised (docs/hermes-versions.md).
+NATIVE_FEATURES: Final = frozenset({"run_steer", "model_options", "session_model_lock"})
+
+
+class CapabilitiesDocument(_Response, frozen=True):
+    """``GET /v1/capabilities`` as sent: ``features`` maps a name to a flag (or, for a few, an object)."""
+
+    features: dict[str, Any] = msgspec.field(default_factory=dict)
+    endpoints: dict[str, Any] = msgspec.field(default_factory=dict)
+    model: str | None = None
+
+
+class HermesCapabilities(_Response, frozen=True):
+    """What one gateway offers, from ``/health`` and ``/v1/capabilities`` (``HermesClient.get_capabilities``).
+
+    ``features`` holds the names whose flag is ``true``; ``advertised`` is False for a gateway without the
+    capabilities route, which then counts as offering nothing native. Ask these, never ``version``, which
+    is informational (forks and newer releases keep the same flags).
+    """
+
+    version: str | None = None
+    advertised: bool = False
+    features: frozenset[str] = frozenset()
+    endpoints: frozenset[str] = frozenset()
+    model: str | None = None
+
+    @property
+    def native(self) -> frozenset[str]:
+        """The advertised features of ``NATIVE_FEATURES``."""
+        return self.features & NATIVE_FEATURES
+
+    @property
+    def run_steer(self) -> bool:
+        """``POST /v1/runs/{id}/steer`` exists."""
+        return "run_steer" in self.features
+
+    @property
+    def model_options(self) -> bool:
+        """Per-run ``model``/``provider``/``model_options`` on ``/v1/runs``, and ``GET /api/model/options``."""
+        return "model_options" in self.features
+
+    @property
+    def session_model_lock(self) -> bool:
+        """``POST /api/sessions/{id}/model`` pins a session's model."""
+        return "session_model_lock" in self.features
 
 
 # --- runs -------------------------------------------------------------------------------------------
@@ -67,6 +120,13 @@ class RunStatus(_Response, frozen=True):
     output: str | UnsetType = UNSET
     usage: Usage | UnsetType = UNSET
     error: str | UnsetType = UNSET
+
+
+class SteerResult(_Response, frozen=True):
+    """``POST /v1/runs/{id}/steer``: ``accepted`` is true once the agent holds the text for its next step."""
+
+    run_id: str
+    accepted: bool
 
 
 class ApprovalResult(_Response, frozen=True):

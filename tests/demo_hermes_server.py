@@ -9,6 +9,9 @@ Fixtures
   ``make_demo_hermes``    factory for a private :class:`DemoHermesServer` (keyword options of the class),
                           stopped when the test ends.
   ``demo_hermes_client``  a :class:`HermesClient` on ``demo_hermes``, gateway and dashboard (async tests).
+  ``demo_hermes_next``    session-scoped :class:`DemoHermesServer` acting as a 0.22-era gateway (every feature of
+                          ``demo_hermes.newer.NEWER_FEATURES``: replay, steer, per-run model options).
+  ``demo_hermes_next_client``  a :class:`HermesClient` on ``demo_hermes_next``.
 
 Helper: :func:`client_for` builds a ``HermesClient`` for any ``DemoHermesServer``.
 """
@@ -22,6 +25,7 @@ import pytest
 pytest.register_assert_rewrite("tests.hermes_scenarios")
 
 from demo_hermes import DemoHermesServer  # noqa: E402
+from demo_hermes.newer import NEWER_FEATURES  # noqa: E402
 from hermes_client import HermesClient  # noqa: E402
 
 __all__ = ["client_for"]
@@ -62,4 +66,16 @@ def make_demo_hermes() -> Iterator[Callable[..., DemoHermesServer]]:
 @pytest.fixture
 async def demo_hermes_client(demo_hermes: DemoHermesServer) -> AsyncIterator[HermesClient]:
     async with client_for(demo_hermes) as client:
+        yield client
+
+
+@pytest.fixture(scope="session")
+def demo_hermes_next() -> Iterator[DemoHermesServer]:
+    with DemoHermesServer(features=NEWER_FEATURES) as server:
+        yield server
+
+
+@pytest.fixture
+async def demo_hermes_next_client(demo_hermes_next: DemoHermesServer) -> AsyncIterator[HermesClient]:
+    async with client_for(demo_hermes_next) as client:
         yield client

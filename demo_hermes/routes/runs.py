@@ -9,6 +9,7 @@ from litestar.params import FromPath
 from litestar.response import Stream
 
 from demo_hermes.execution import RunInput, start_run
+from demo_hermes.newer import record_run_request
 from demo_hermes.runs import KEEPALIVE, STREAM_CLOSED, Run
 from demo_hermes.state import demo_state
 from demo_hermes.wire import HermesHTTPError, api_error, json_response, read_json
@@ -79,6 +80,7 @@ async def create_run(request: Request[Any, Any, Any]) -> Response[bytes]:
             headers={"Retry-After": "1"},
         )
     run = state.runs.create(session_id=session_id, model=str(body.get("model") or "hermes-agent"))
+    record_run_request(run, body)
     start_run(state, run, run_input)
     session_key = request.headers.get("X-Hermes-Session-Key")
     headers = {"X-Hermes-Session-Key": session_key} if session_key else None
@@ -109,7 +111,7 @@ async def _event_stream(run: Run, queue: "asyncio.Queue[bytes | None]", keepaliv
     finally:
         if getter is not None:
             getter.cancel()
-        run.close_stream()  # single consumer, no resume: whatever ended this response ends the stream
+        run.close_stream(queue)  # 0.19.0: single consumer, no resume: whatever ended this response ends the stream
 
 
 @get("/v1/runs/{run_id:str}/events")
@@ -117,9 +119,10 @@ async def run_events(request: Request[Any, Any, Any], run_id: FromPath[str]) -> 
     state = demo_state(request)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + SUBSCRIBE_WAIT_SECONDS
+    last_event_id = request.headers.get("Last-Event-ID") or request.query_params.get("last_seq")
     while True:
         run = state.runs.get(run_id)
-        queue = run.claim_stream() if run is not None else None
+        queue = run.claim_stream(last_event_id) if run is not None else None
         if run is not None and queue is not None:
             break
         if loop.time() >= deadline:
@@ -197,6 +200,8 @@ async def respond_clarify(request: Request[Any, Any, Any], run_id: FromPath[str]
 @post("/v1/runs/{run_id:str}/stop")
 async def stop_run(request: Request[Any, Any, Any], run_id: FromPath[str]) -> Response[bytes]:
     run = _known_run(request, run_id)
+    if run.finished and demo_state(request).features:
+        return json_response(run.status_json())  # 0.22-era: a finished run's status, not a 404
     if run.finished or run.task is None:
         raise _run_not_found(run_id)
     run.set_status("stopping", last_event="run.stopping")
