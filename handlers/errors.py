@@ -10,7 +10,7 @@ from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
-from pheby.errors import PhebyError
+from pheby.errors import PhebyError, RateLimited
 
 log = logging.getLogger("pheby.http")
 
@@ -29,12 +29,16 @@ _HTTP_CODES = {
 }
 
 
-def error_response(status: int, code: str, message: str) -> Response[dict[str, dict[str, str]]]:
-    return Response({"error": {"code": code, "message": message}}, status_code=status)
+def error_response(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None
+) -> Response[dict[str, dict[str, str]]]:
+    return Response({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
 
 
 def pheby_error_handler(_: Request[Any, Any, Any], exc: PhebyError) -> Response[dict[str, dict[str, str]]]:
-    return error_response(exc.status_code, exc.code, exc.message)
+    retry_after = exc.retry_after if isinstance(exc, RateLimited) else None
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+    return error_response(exc.status_code, exc.code, exc.message, headers)
 
 
 def http_error_handler(request: Request[Any, Any, Any], exc: HTTPException) -> Response[dict[str, dict[str, str]]]:
