@@ -35,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, Final
 
@@ -270,7 +270,7 @@ def verdict(value: float, target: float) -> str:
 
 
 def run_case(
-    demo: DemoHermesServer, tmp: Path, name: str, case: Callable[[Server], Awaitable[dict[str, Any]]]
+    demo: DemoHermesServer, tmp: Path, name: str, case: Callable[[Server], Coroutine[Any, Any, dict[str, Any]]]
 ) -> dict[str, Any]:
     server = Server(demo, tmp / name)
     try:
