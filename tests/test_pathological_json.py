@@ -3,6 +3,7 @@
 import logging
 from collections.abc import AsyncIterator, Callable
 
+import httpx
 import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
@@ -11,6 +12,7 @@ from handlers.app import create_app
 from pheby.plugin_events import SECRET_HEADER
 from pheby.settings import Settings
 from tests.conftest import TEST_SECRET
+from tests.live_server import LiveServer
 
 pytestmark = pytest.mark.anyio
 BASE = "http://testserver.local"
@@ -66,3 +68,20 @@ async def test_the_plugin_push_route_refuses_deep_nesting_too(
             assert response.status_code == 400, response.text
             assert response.json()["error"]["code"] == "bad_request"
     assert all(record.exc_info is None for record in caplog.records)
+
+
+@pytest.mark.live
+async def test_deep_nesting_on_a_live_server_is_a_bad_request(
+    live_server: LiveServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The same through uvicorn (the server's real call stack), on login and another JSON route."""
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {live_server.secret}"}
+    async with httpx.AsyncClient(base_url=live_server.base_url, timeout=30) as http:
+        for method, path in (("POST", "/api/auth/login"), ("POST", "/api/tasks")):
+            for body in DEEP_BODIES.values():
+                response = await http.request(method, path, content=body, headers=headers)
+                assert response.status_code == 400, response.text
+                assert response.json()["error"]["code"] == "bad_request"
+    for record in caplog.records:
+        assert record.exc_info is None, record.getMessage()
+        assert "RecursionError" not in record.getMessage()
