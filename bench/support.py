@@ -1,12 +1,19 @@
-"""What the benchmarks share: free loopback ports, waiting for a server they start, and stopping it by PID."""
+"""What the benchmarks share: free loopback ports, a server in a child process (started, waited for,
+stopped by PID), and a file-descriptor limit raised for many connections."""
 
 import contextlib
+import json
+import resource
 import socket
 import subprocess
 import time
 from collections.abc import Callable
 
 import httpx
+import uvicorn
+
+from pheby.server import build_uvicorn_config
+from pheby.settings import load_settings
 
 
 def free_port() -> int:
@@ -40,3 +47,18 @@ def wait_until_up(
                 return
         time.sleep(0.1)
     raise RuntimeError(f"the server at {base_url} did not come up:\n{log_tail()}")
+
+
+def raise_nofile_limit() -> None:
+    """Raise the soft RLIMIT_NOFILE to the hard limit (thousands of sockets need it)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 65536)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
+def serve_child(flags_json: str) -> None:
+    """A benchmark's `--serve-child` mode: run the server (settings from JSON flags) until SIGTERM."""
+    raise_nofile_limit()
+    settings = load_settings({}, **json.loads(flags_json))
+    uvicorn.Server(build_uvicorn_config(settings)).run()

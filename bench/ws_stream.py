@@ -30,7 +30,6 @@ import contextlib
 import itertools
 import json
 import logging
-import resource
 import statistics
 import subprocess
 import sys
@@ -50,7 +49,7 @@ from websockets.exceptions import ConnectionClosed
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
 import hermes_client as hc
-from bench.support import free_port, stop_process, wait_until_up
+from bench.support import free_port, raise_nofile_limit, serve_child, stop_process, wait_until_up
 from demo_hermes.server import DemoHermesServer
 from pheby.media_tags import visible_draft
 from pheby.server import build_uvicorn_config
@@ -333,20 +332,6 @@ def report_latency(cases: dict[str, Samples], deltas_per_run: int, args: argpars
 
 
 # --- memory per idle connection, in a subprocess --------------------------------------------------
-
-
-def raise_nofile_limit() -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = hard if hard != resource.RLIM_INFINITY else max(soft, 65536)
-    if soft != resource.RLIM_INFINITY and soft < target:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-
-
-def serve_child(flags_json: str) -> None:
-    """The `--serve-child` mode: run the server in the foreground until SIGTERM."""
-    raise_nofile_limit()
-    settings = load_settings({}, **json.loads(flags_json))
-    uvicorn.Server(build_uvicorn_config(settings)).run()
 
 
 async def open_many(url: str, count: int, compression: Compression) -> list[ClientConnection]:

@@ -46,6 +46,7 @@ from handlers import (
     tasks_run,
     tasks_update,
 )
+from handlers.bodies import PhebyRequest
 from handlers.body_timeout import BodyIdleTimeout
 from handlers.dependencies import DEPENDENCIES
 from handlers.errors import EXCEPTION_HANDLERS
@@ -107,6 +108,7 @@ def create_app(settings: Settings) -> Litestar:
         route_handlers=ROUTES,
         dependencies=DEPENDENCIES,
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
+        request_class=PhebyRequest,
         middleware=[DefineMiddleware(BodyIdleTimeout, seconds=settings.body_idle_timeout)],
         lifespan=[lifespan],
         openapi_config=OpenAPIConfig(

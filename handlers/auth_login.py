@@ -1,6 +1,6 @@
-"""POST /api/auth/login — password login for Hope; sets the `hope_session` cookie."""
+"""POST /api/auth/login — password login for Hope; sets the `hope_session` cookie (Secure over https)."""
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 from litestar import Request, Response, post
@@ -9,13 +9,13 @@ from litestar.di import NamedDependency
 from litestar.params import JSONBody
 
 from pheby.auth import SESSION_COOKIE
-from pheby.errors import RateLimited, Unauthorized
+from pheby.errors import Unauthorized
 from pheby.services import Services
 
 
 class LoginRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    username: str
-    password: str
+    username: Annotated[str, msgspec.Meta(max_length=256)]
+    password: Annotated[str, msgspec.Meta(max_length=4096)]
 
 
 class LoginResponse(msgspec.Struct, frozen=True):
@@ -27,13 +27,13 @@ class LoginResponse(msgspec.Struct, frozen=True):
 async def login(
     request: Request[Any, Any, Any], data: JSONBody[LoginRequest], services: NamedDependency[Services]
 ) -> Response[LoginResponse]:
-    subject = f"{services.authenticator.client_address(request)}|{data.username}"
-    async with services.login_limiter.one_at_a_time(subject):  # else concurrent guesses all pass the check
-        if await services.login_limiter.is_locked(subject):
-            raise RateLimited("Too many failed logins; try again in a minute")
-        account = await services.accounts.verify_password(data.username, data.password)
+    """Limited per address and per username (429 with Retry-After); the hash waits for its limiter (else 429)."""
+    guard = services.login_guard
+    address = services.authenticator.client_address(request)
+    async with guard.attempt(address, data.username):
+        account = await services.accounts.verify_password(data.username, data.password, hashing=guard.hashing)
         if account is None:
-            await services.login_limiter.record_failure(subject)
+            await guard.record_failure(address, data.username)
             raise Unauthorized("Wrong username or password")
     ttl = services.settings.session_ttl_seconds
     issued = await services.accounts.issue_token(account.id, "session", ttl)
@@ -43,7 +43,7 @@ async def login(
         max_age=ttl,
         httponly=True,
         samesite="lax",
-        secure=request.url.scheme == "https",
+        secure=services.authenticator.is_https(request),
         path="/",
     )
     assert issued.expires_at is not None  # session tokens always expire

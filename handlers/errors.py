@@ -12,7 +12,7 @@ from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
-from pheby.errors import NotFound, PhebyError, StorageUnavailable, TooLarge
+from pheby.errors import NotFound, PhebyError, RateLimited, StorageUnavailable, TooLarge
 from storage import BlobNotFound, BlobTooLarge, StorageError
 
 log = logging.getLogger("pheby.http")
@@ -32,12 +32,16 @@ _HTTP_CODES = {
 }
 
 
-def error_response(status: int, code: str, message: str) -> Response[dict[str, dict[str, str]]]:
-    return Response({"error": {"code": code, "message": message}}, status_code=status)
+def error_response(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None
+) -> Response[dict[str, dict[str, str]]]:
+    return Response({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
 
 
 def pheby_error_handler(_: Request[Any, Any, Any], exc: PhebyError) -> Response[dict[str, dict[str, str]]]:
-    return error_response(exc.status_code, exc.code, exc.message)
+    retry_after = exc.retry_after if isinstance(exc, RateLimited) else None
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+    return error_response(exc.status_code, exc.code, exc.message, headers)
 
 
 def storage_failure(exc: StorageError, during: str) -> PhebyError:

@@ -7,6 +7,7 @@ from litestar import Request, post
 from litestar.di import NamedDependency
 
 from pheby.errors import BadRequest
+from pheby.json_input import decode_json
 from pheby.plugin_events import PUSH_DECODER
 from pheby.services import Services
 
@@ -18,7 +19,7 @@ async def plugin_event(request: Request[Any, Any, Any], services: NamedDependenc
     events = services.plugin_events
     events.authenticate(request.headers, request.client.host if request.client else None)
     try:
-        push = PUSH_DECODER.decode(await request.body())
+        push = decode_json(PUSH_DECODER, await request.body())
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise BadRequest(f"Invalid plugin event: {exc}") from None
     return await events.handle(push)

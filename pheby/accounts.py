@@ -20,6 +20,7 @@ import msgspec
 
 from pheby.db import Database
 from pheby.errors import BadRequest, Conflict, NotFound
+from pheby.lockout import PasswordHashing
 
 TokenKind = Literal["session", "api"]
 OWNER_NAME = "owner"
@@ -199,11 +200,19 @@ class Accounts:
             )
         )
 
-    async def verify_password(self, name: str, password: str) -> Account | None:
-        """The enabled account whose password this is, else None (same cost either way)."""
+    async def verify_password(
+        self, name: str, password: str, *, hashing: PasswordHashing | None = None
+    ) -> Account | None:
+        """The enabled account whose password this is, else None (same cost either way).
+
+        With `hashing`, the hash runs in that limiter (the login route's), which may raise RateLimited.
+        """
         row = await self._db.run(lambda c: c.execute("SELECT * FROM accounts WHERE name = ?", (name,)).fetchone())
         encoded = row["password_hash"] if row is not None else None
-        ok = await anyio.to_thread.run_sync(check_password, password, encoded)
+        if hashing is not None:
+            ok = await hashing.run(check_password, password, encoded)
+        else:
+            ok = await anyio.to_thread.run_sync(check_password, password, encoded)
         if not ok or row is None or row["disabled"]:
             return None
         return _row_to_account(row)

@@ -37,6 +37,7 @@ class Authenticator:
         self._secret = settings.secret.encode()
         self._allowed_origins = frozenset(settings.allowed_origins)
         self._trusted_proxies = tuple(ipaddress.ip_network(p, strict=False) for p in settings.trusted_proxies)
+        self._public_url = settings.public_url
         self._accounts = accounts
         self._owner = owner
 
@@ -96,6 +97,30 @@ class Authenticator:
                 return hop
         return peer
 
+    def is_https(self, connection: ASGIConnection[Any, Any, Any, Any]) -> bool:
+        """Whether clients reach the server over https: `PHEBY_PUBLIC_URL` says so, else the connection.
+
+        Behind a TLS proxy the connection itself is plain http, so a trusted proxy's
+        `X-Forwarded-Proto` (its first value: the scheme the client used) is believed; an untrusted
+        peer's is ignored.
+        """
+        if self._public_url:
+            return self._public_url.startswith("https://")
+        if connection.url.scheme in ("https", "wss"):
+            return True
+        peer = connection.client.host if connection.client else ""
+        if not self._is_trusted(peer):
+            return False
+        forwarded = connection.headers.get("x-forwarded-proto", "").split(",")[0].strip().lower()
+        return forwarded in ("https", "wss")
+
+    def own_origin(self, connection: ASGIConnection[Any, Any, Any, Any]) -> str:
+        """The server's own origin: `PHEBY_PUBLIC_URL` when set, else the scheme clients use and the Host."""
+        if self._public_url:
+            return self._public_url
+        host = connection.headers.get("host", "")
+        return f"{'https' if self.is_https(connection) else 'http'}://{host}"
+
     def _is_trusted(self, address: str) -> bool:
         try:
             ip = ipaddress.ip_address(address)
@@ -107,7 +132,7 @@ class Authenticator:
         origin = connection.headers.get("origin")
         if origin is None:
             raise Forbidden("Cookie-authenticated changes need an Origin header")
-        allowed = self._allowed_origins or {_own_origin(connection)}
+        allowed = self._allowed_origins or {self.own_origin(connection)}
         if origin not in allowed:
             raise Forbidden("Origin not allowed")
 
@@ -117,11 +142,6 @@ def _bearer(header: str) -> str | None:
     if scheme.lower() != "bearer":
         return None
     return value.strip()
-
-
-def _own_origin(connection: ASGIConnection[Any, Any, Any, Any]) -> str:
-    host = connection.headers.get("host", "")
-    return f"{connection.url.scheme}://{host}"
 
 
 def _is_ip(value: str) -> bool:

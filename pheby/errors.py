@@ -75,9 +75,15 @@ class RequestTimeout(PhebyError):
 
 
 class RateLimited(PhebyError):
+    """`retry_after` (seconds), when known, becomes the HTTP `Retry-After` header."""
+
     status_code = 429
     code = "rate_limited"
     default_message = "Too many attempts; try again later"
+
+    def __init__(self, message: str | None = None, *, retry_after: int | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class NotImplementedByUpstream(PhebyError):

@@ -1,13 +1,26 @@
-"""Failed-attempt lockouts (login and WebSocket hello), kept in SQLite so restarts don't reset them."""
+"""Guards of the unauthenticated surfaces: failed-attempt lockouts, password hashing, sockets before hello.
+
+Lockouts (login and WebSocket hello) are kept in SQLite so restarts don't reset them. A login is
+limited per source address (5 failures a minute) and per username (10 in ten minutes, whichever
+addresses they come from), and its password hash runs in a limiter of its own (`PasswordHashing`).
+"""
 
 import asyncio
+import math
 import sqlite3
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import TypeVar
+
+import anyio
+import anyio.to_thread
 
 from pheby.db import Database
+from pheby.errors import RateLimited
+
+T = TypeVar("T")
 
 
 class FailureLimiter:
@@ -54,6 +67,22 @@ class FailureLimiter:
 
         return await self._db.run(q) >= self.limit
 
+    async def retry_after(self, subject: str) -> int | None:
+        """Whole seconds until the subject is no longer locked out; None when it isn't."""
+        now = self._clock()
+
+        def q(conn: sqlite3.Connection) -> float | None:
+            # The limit-th newest failure in the window: once it leaves the window, the lock is off.
+            row = conn.execute(
+                "SELECT at FROM auth_failures WHERE scope = ? AND subject = ? AND at > ? "
+                "ORDER BY at DESC LIMIT 1 OFFSET ?",
+                (self._scope, subject, now - self.window, self.limit - 1),
+            ).fetchone()
+            return None if row is None else float(row[0])
+
+        at = await self._db.run(q)
+        return None if at is None else max(1, math.ceil(at + self.window - now))
+
     async def record_failure(self, subject: str) -> None:
         now = self._clock()
 
@@ -63,3 +92,82 @@ class FailureLimiter:
             conn.execute("INSERT INTO auth_failures (scope, subject, at) VALUES (?, ?, ?)", (self._scope, subject, now))
 
         await self._db.transaction(q)
+
+
+class PasswordHashing:
+    """Password checks (scrypt: ~16 MiB and tens of milliseconds each) run `slots` at a time.
+
+    They run on worker threads counted by a limiter of their own, so a flood of logins can neither
+    take the threads that blob, memory and PDF work share (anyio's default limiter) nor hold more
+    than `slots` hashes' memory. A caller waits at most `wait` seconds for a slot, then gets
+    `RateLimited`.
+    """
+
+    def __init__(self, slots: int = 2, wait: float = 3.0) -> None:
+        self.wait = wait
+        self._admission = anyio.CapacityLimiter(slots)
+        self._threads = anyio.CapacityLimiter(slots)
+
+    async def run(self, fn: Callable[..., T], *args: object) -> T:
+        with anyio.move_on_after(self.wait) as waiting:
+            await self._admission.acquire()
+        if waiting.cancelled_caught:
+            raise RateLimited("Too many logins at once; try again in a few seconds", retry_after=1)
+        try:
+            return await anyio.to_thread.run_sync(fn, *args, limiter=self._threads)
+        finally:
+            self._admission.release()
+
+
+class LoginGuard:
+    """The limits of `POST /api/auth/login`: per address, per username, and the hashing limiter."""
+
+    def __init__(self, db: Database, *, clock: Callable[[], float] = time.time, wait: float = 3.0) -> None:
+        self.by_address = FailureLimiter(db, "login", limit=5, window=60.0, clock=clock)
+        self.by_username = FailureLimiter(db, "login-username", limit=10, window=600.0, clock=clock)
+        self.hashing = PasswordHashing(slots=2, wait=wait)
+        self.wait = wait
+
+    @asynccontextmanager
+    async def attempt(self, address: str, username: str) -> AsyncIterator[None]:
+        """One login attempt: after those of its address and of its username, refused while either is locked.
+
+        Attempts of one address, and of one username, run one at a time so each sees every failure
+        recorded before it (else concurrent guesses would all pass the check). The wait for that
+        turn is bounded too: a caller queued behind a flood gets `RateLimited`, not a long wait.
+        Locks are always taken address first, so two attempts never wait for each other.
+        """
+        async with AsyncExitStack() as turns:
+            with anyio.move_on_after(self.wait) as waiting:
+                await turns.enter_async_context(self.by_address.one_at_a_time(address))
+                await turns.enter_async_context(self.by_username.one_at_a_time(username))
+            if waiting.cancelled_caught:
+                raise RateLimited("Too many logins at once; try again in a few seconds", retry_after=1)
+            for limiter, subject in ((self.by_address, address), (self.by_username, username)):
+                retry_after = await limiter.retry_after(subject)
+                if retry_after is not None:
+                    raise RateLimited("Too many failed logins; try again later", retry_after=retry_after)
+            yield
+
+    async def record_failure(self, address: str, username: str) -> None:
+        await self.by_address.record_failure(address)
+        await self.by_username.record_failure(username)
+
+
+class AddressSlots:
+    """At most `limit` holders at a time per source address (the sockets that have not said hello)."""
+
+    def __init__(self, limit: int = 8) -> None:
+        self.limit = limit
+        self._held: Counter[str] = Counter()
+
+    def try_take(self, address: str) -> bool:
+        if self._held[address] >= self.limit:
+            return False
+        self._held[address] += 1
+        return True
+
+    def give_back(self, address: str) -> None:
+        self._held[address] -= 1
+        if self._held[address] <= 0:
+            del self._held[address]

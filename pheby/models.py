@@ -3,6 +3,10 @@
 Hermes 0.19.0 can change the model and effort only globally (the dashboard's `/api/model/set`
 and `PUT /api/config`); a change for one conversation needs the companion plugin
 (`pheby.conversation_settings`).
+
+A global change goes to the Hermes of the account that asks, and only if that account owns it:
+the owner owns the server's Hermes, an account with a gateway URL of its own owns that one. An
+account that shares the server's Hermes may read its defaults but not change them (`unauthorized`).
 """
 
 from collections.abc import Awaitable
@@ -10,7 +14,7 @@ from typing import TypeVar
 
 import hermes_client as hc
 from pheby.accounts import Account
-from pheby.errors import BadRequest, NotImplementedByUpstream, Unavailable, UpstreamFailure
+from pheby.errors import BadRequest, NotImplementedByUpstream, Unauthorized, Unavailable, UpstreamFailure
 from pheby.events import ProviderModels
 from pheby.hermes_pool import HermesClients
 
@@ -35,6 +39,12 @@ class ModelChoices:
             raise NotImplementedByUpstream(NO_DASHBOARD)
         return client
 
+    def _owned_dashboard(self, account: Account, what: str) -> hc.HermesClient:
+        """The dashboard of the account's Hermes, for a global change: only if the account owns that Hermes."""
+        if not owns_its_hermes(account):
+            raise Unauthorized(f"Only the owner can change the server's default {what}")
+        return self._dashboard(account)
+
     async def options(self, account: Account) -> tuple[list[ProviderModels], str | None, str | None]:
         options = await _call(self._dashboard(account).model_options())
         providers = [
@@ -50,8 +60,8 @@ class ModelChoices:
         return providers, options.model, options.provider
 
     async def set_model(self, account: Account, model: str, provider: str | None) -> str:
-        """Change the global model; returns the provider it was set for."""
-        client = self._dashboard(account)
+        """Change the global model of the account's own Hermes; returns the provider it was set for."""
+        client = self._owned_dashboard(account, "model")
         if not model.strip():
             raise BadRequest("model must not be blank")
         chosen = provider or (await _call(client.model_options())).provider
@@ -64,10 +74,16 @@ class ModelChoices:
         return await _call(self._dashboard(account).reasoning_effort())
 
     async def set_effort(self, account: Account, effort: str) -> None:
-        """Change the global effort (`agent.reasoning_effort`)."""
+        """Change the global effort (`agent.reasoning_effort`) of the account's own Hermes."""
+        client = self._owned_dashboard(account, "reasoning effort")
         if effort not in REASONING_EFFORTS:
             raise BadRequest(f"effort must be one of: {', '.join(REASONING_EFFORTS)}")
-        await _call(self._dashboard(account).put_config({"agent": {"reasoning_effort": effort}}))
+        await _call(client.put_config({"agent": {"reasoning_effort": effort}}))
+
+
+def owns_its_hermes(account: Account) -> bool:
+    """The owner owns the server's Hermes (or its own); any other account only a gateway of its own."""
+    return account.is_owner or bool(account.hermes.url)
 
 
 async def _call(awaitable: Awaitable[T]) -> T:

@@ -15,15 +15,16 @@ from litestar import Litestar
 from handlers.app import create_app
 from pheby.services import Services
 from pheby.settings import Settings
+from pheby.ws_protocol import PhebyWebSocketProtocol
 
 log = logging.getLogger("pheby.server")
 
 # The hard ceiling of an inbound WebSocket message. The protocol's limit is 2 MiB, and the app
 # answers a frame over it with `too_large` (the connection stays open), but only for frames
 # uvicorn hands over: one over this ceiling is refused from its header, unread, and the
-# connection closed with 1009 (message too big) and no error frame. Every connection may buffer one
-# message this big, before `hello` too, so it stays small: 4 MiB (no real frame comes near 2 MiB;
-# a chat text is at most 64,000 characters).
+# connection closed with 1009 (message too big) and no error frame. Every authenticated connection
+# may buffer one message this big, so it stays small: 4 MiB (no real frame comes near 2 MiB; a chat
+# text is at most 64,000 characters). Before `hello` the ceiling is 64 KiB (pheby.ws_protocol).
 WS_MAX_SIZE = 4 * 1024 * 1024
 WS_PING_SECONDS = 30.0
 # Shutdown budget before uvicorn closes the sockets: runs get this long to end (each cancel waits
@@ -66,6 +67,7 @@ def build_uvicorn_config(settings: Settings) -> uvicorn.Config:
         port=settings.port,
         workers=1,
         lifespan="on",
+        ws=PhebyWebSocketProtocol,  # 64 KiB frames until hello, then WS_MAX_SIZE (see pheby.ws_protocol)
         ws_max_size=WS_MAX_SIZE,
         ws_ping_interval=WS_PING_SECONDS,
         ws_ping_timeout=WS_PING_SECONDS,

@@ -18,7 +18,7 @@ from pheby.errors import PhebyError
 from pheby.events import AttachmentAdded
 from pheby.hermes_pool import HermesClients
 from pheby.hub import Hub
-from pheby.lockout import FailureLimiter
+from pheby.lockout import AddressSlots, FailureLimiter, LoginGuard
 from pheby.memory import MemoryFiles
 from pheby.models import ModelChoices
 from pheby.plugin_events import PluginEvents
@@ -45,8 +45,9 @@ class Services:
         self.authenticator = authenticator
         self.blobs = blobs
         self.hermes = hermes
-        self.login_limiter = FailureLimiter(db, "login")
+        self.login_guard = LoginGuard(db)
         self.hello_limiter = FailureLimiter(db, "hello")
+        self.sockets_before_hello = AddressSlots(limit=8)
         self.hub = Hub(max_sockets=settings.ws_max_connections)
         self.conversations = Conversations(db)
         self.task_owners = TaskOwners(db)

@@ -46,8 +46,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     # PHEBY_ALLOWED_ORIGINS: comma-separated origins allowed for cookie-authenticated mutations.
     # Empty means "the server's own origin only".
     allowed_origins: tuple[str, ...] = ()
-    # PHEBY_TRUSTED_PROXIES: comma-separated addresses or networks (CIDR) whose X-Forwarded-For is believed.
+    # PHEBY_TRUSTED_PROXIES: comma-separated addresses or networks (CIDR) whose X-Forwarded-For and
+    # X-Forwarded-Proto are believed.
     trusted_proxies: tuple[str, ...] = ()
+    # PHEBY_PUBLIC_URL: the origin clients use (e.g. https://pheby.example.com): the server's own origin
+    # for the Origin rule, and https there makes the login cookie Secure. Empty: taken from each request.
+    public_url: str = ""
     session_ttl_seconds: Annotated[int, msgspec.Meta(gt=0)] = 7 * 24 * 3600
     log_format: Literal["text", "json"] = "text"
     # PHEBY_WS_HELLO_TIMEOUT: seconds a new WebSocket has to say hello.
@@ -125,6 +129,7 @@ ENV_NAMES: dict[str, str] = {
     "agent_media_dir": "PHEBY_AGENT_MEDIA_DIR",
     "allowed_origins": "PHEBY_ALLOWED_ORIGINS",
     "trusted_proxies": "PHEBY_TRUSTED_PROXIES",
+    "public_url": "PHEBY_PUBLIC_URL",
     "session_ttl_seconds": "PHEBY_SESSION_TTL_SECONDS",
     "log_format": "PHEBY_LOG_FORMAT",
     "ws_hello_timeout": "PHEBY_WS_HELLO_TIMEOUT",
@@ -167,6 +172,7 @@ _LIST_SEPARATORS: dict[str, str] = {
 }
 
 _PATH_AT = re.compile(r"at `\$\.(\w+)")
+_ORIGIN = re.compile(r"https?://[^/\s?#@]+")
 
 
 class SettingsError(Exception):
@@ -192,6 +198,8 @@ def load_settings(environ: Mapping[str, str] | None = None, **flags: Any) -> Set
     except msgspec.ValidationError as exc:
         raise SettingsError(_describe(exc)) from None
     _check_consistency(settings)
+    if settings.public_url:
+        settings = msgspec.structs.replace(settings, public_url=_public_origin(settings.public_url))
     return settings
 
 
@@ -236,5 +244,12 @@ def _check_consistency(settings: Settings) -> None:
             ipaddress.ip_network(proxy, strict=False)
         except ValueError:
             raise SettingsError(f"PHEBY_TRUSTED_PROXIES: not an address or network: {proxy!r}") from None
+    if settings.public_url and not _ORIGIN.fullmatch(_public_origin(settings.public_url)):
+        raise SettingsError(f"PHEBY_PUBLIC_URL: not an origin (https://host[:port]): {settings.public_url!r}")
     if settings.hermes_url and not re.match(r"https?://", settings.hermes_url):
         raise SettingsError("HERMES_URL: must start with http:// or https://")
+
+
+def _public_origin(url: str) -> str:
+    """`PHEBY_PUBLIC_URL` as an Origin header spells it: lower case, no trailing slash."""
+    return url.strip().rstrip("/").lower()

@@ -1,4 +1,7 @@
-"""`model.set` → `model.changed` reply and broadcast: global, or for one conversation (companion plugin)."""
+"""`model.set` → `model.changed` reply and broadcast: global, or for one conversation (companion plugin).
+
+A global change is for the account's own Hermes only (the owner's rule is in `pheby.models`).
+"""
 
 from typing import Annotated
 

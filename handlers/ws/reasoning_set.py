@@ -1,5 +1,7 @@
 """`reasoning.set` → `reasoning.changed` reply and broadcast: global, or for one conversation (companion plugin).
 
+A global change is for the account's own Hermes only (the owner's rule is in `pheby.models`).
+
 An invalid effort is `bad_request`.
 """
 
