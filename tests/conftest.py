@@ -1,12 +1,14 @@
 """Shared fixtures. Fixture plugins for the Hermes doubles and the real gateway live in their own modules."""
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from handlers.app import create_app
 from pheby.settings import Settings, load_settings
+from tests.app_client import BASE, Api
 
 pytest_plugins: list[str] = ["tests.real_hermes", "tests.demo_hermes_server", "tests.live_server", "tests.s3_server"]
 
@@ -28,3 +30,10 @@ def make_settings(tmp_path: Path) -> Callable[..., Settings]:
         return load_settings({}, **values)
 
     return make
+
+
+@pytest.fixture
+async def api(settings: Settings) -> AsyncIterator[Api]:
+    """The app in process, on the `settings` fixture of the test's module, lifespan included."""
+    async with Api(create_app(settings), base_url=BASE) as client:
+        yield client

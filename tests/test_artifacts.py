@@ -18,10 +18,10 @@ from pheby.db import Database
 from pheby.errors import Conflict, NotFound
 from pheby.services import Services
 from pheby.settings import Settings
+from tests.app_client import BASE
 from tests.test_auth import add_account
 
 pytestmark = pytest.mark.anyio
-BASE = "http://testserver.local"
 ARTIFACT_KEYS = {"id", "title", "kind", "revision", "content", "created_at", "updated_at"}
 HEX32 = re.compile(r"^[0-9a-f]{32}$")
 Client = AsyncTestClient[Litestar]

@@ -14,11 +14,11 @@ from handlers.app import create_app
 from pheby.accounts import Accounts
 from pheby.db import Database
 from pheby.settings import Settings
+from tests.app_client import BASE
 from tests.conftest import TEST_SECRET
 from tests.live_server import LiveServer
 
 pytestmark = pytest.mark.anyio
-BASE = "http://testserver.local"
 
 
 async def add_account(settings: Settings, name: str, password: str | None = "pw-123456") -> tuple[str, str]:

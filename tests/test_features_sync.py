@@ -13,10 +13,10 @@ from handlers.app import create_app
 from pheby.changes import ChangeKind, record
 from pheby.services import Services
 from pheby.settings import Settings
+from tests.app_client import BASE
 from tests.test_auth import add_account
 
 pytestmark = pytest.mark.anyio
-BASE = "http://testserver.local"
 Client = AsyncTestClient[Litestar]
 CHANGE_KEYS = {"sequence", "kind", "id", "deleted", "created_at"}
 

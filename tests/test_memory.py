@@ -4,24 +4,23 @@ import asyncio
 import hashlib
 import os
 import stat
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
 import httpx
 import pytest
-from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
 from handlers.app import create_app
 from pheby.accounts import HermesAccountSettings
 from pheby.settings import Settings
+from tests.app_client import BASE, Api
 from tests.live_server import LiveServer, free_port
-from tests.test_tasks import BASE, OWNER, add_account
+from tests.test_tasks import OWNER, add_account
 
 pytestmark = pytest.mark.anyio
 
-Api = AsyncTestClient[Litestar]
 EMPTY: Final = hashlib.sha256(b"").hexdigest()
 ENTRY: Final = "User prefers short answers.\n§\nUser's timezone is Europe/Berlin."
 
@@ -40,12 +39,6 @@ def home(tmp_path: Path) -> Path:
 @pytest.fixture
 def settings(make_settings: Callable[..., Settings], home: Path) -> Settings:
     return make_settings(hermes_home=home)
-
-
-@pytest.fixture
-async def api(settings: Settings) -> AsyncIterator[Api]:
-    async with AsyncTestClient(create_app(settings), base_url=BASE) as client:
-        yield client
 
 
 async def test_empty_home_has_two_empty_sections(api: Api, home: Path) -> None:

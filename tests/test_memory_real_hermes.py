@@ -1,32 +1,26 @@
 """Memory written through /api/memory reaches the system prompt a real hermes-agent 0.19.0 sends its LLM."""
 
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from contextlib import aclosing
 
 import anyio
 import pytest
-from litestar import Litestar
-from litestar.testing import AsyncTestClient
 
-from handlers.app import create_app
 from hermes_client import HermesClient, RunCompleted
 from pheby.settings import Settings
+from tests.app_client import Api
 from tests.real_hermes import RealHermes
-from tests.test_tasks import BASE, OWNER
+from tests.test_tasks import OWNER
 
 pytestmark = [pytest.mark.anyio, pytest.mark.hermes, pytest.mark.live, pytest.mark.xdist_group("hermes")]
 
-Api = AsyncTestClient[Litestar]
-
 
 @pytest.fixture
-async def api(make_settings: Callable[..., Settings], real_hermes: RealHermes) -> AsyncIterator[Api]:
-    settings = make_settings(
+def settings(make_settings: Callable[..., Settings], real_hermes: RealHermes) -> Settings:
+    return make_settings(
         hermes_url=real_hermes.base_url, hermes_api_key=real_hermes.api_key, hermes_home=real_hermes.home
     )
-    async with AsyncTestClient(create_app(settings), base_url=BASE) as client:
-        yield client
 
 
 def system_text(body: dict[str, object]) -> str:

@@ -11,11 +11,11 @@ from litestar.testing import AsyncTestClient
 from handlers.app import create_app
 from pheby.plugin_events import SECRET_HEADER
 from pheby.settings import Settings
+from tests.app_client import BASE
 from tests.conftest import TEST_SECRET
 from tests.live_server import LiveServer
 
 pytestmark = pytest.mark.anyio
-BASE = "http://testserver.local"
 PLUGIN_SECRET = "plugin-secret-0123456789abcdef"
 DEEP_BODIES = {
     "array": b"[" * 1000 + b"]" * 1000,

@@ -13,8 +13,6 @@ from typing import Any, Final
 
 import httpx
 import pytest
-from litestar import Litestar
-from litestar.testing import AsyncTestClient
 
 from demo_hermes import DemoHermesServer
 from handlers.app import create_app
@@ -23,13 +21,13 @@ from pheby.accounts import Accounts, HermesAccountSettings
 from pheby.db import Database
 from pheby.services import Services
 from pheby.settings import Settings
+from tests.app_client import BASE, Api
 from tests.conftest import TEST_SECRET
 from tests.demo_hermes_server import client_for
 from tests.live_server import LiveServer, hermes_settings
 from tests.ws_client import PhebyClient
 
 pytestmark = pytest.mark.anyio
-BASE: Final = "http://testserver.local"
 OWNER: Final = {"Authorization": f"Bearer {TEST_SECRET}"}
 TASK_FIELDS: Final = frozenset(
     {"id", "name", "schedule", "prompt", "enabled", "repeat", "created_at", "last_run_at", "next_run_at"}
@@ -40,7 +38,6 @@ UNKNOWN_ID: Final = "0123456789ab"
 MOCK_URL: Final = "http://10.9.8.7:8642"
 MOCK_KEY: Final = "mock-hermes-key-0123456789abcdef"
 
-Api = AsyncTestClient[Litestar]
 Handler = Callable[[httpx.Request], httpx.Response]
 
 # Every route that takes a task id, with a valid body where it needs one.
@@ -195,12 +192,6 @@ def hermes(make_demo_hermes: Callable[..., DemoHermesServer]) -> DemoHermesServe
 @pytest.fixture
 def settings(make_settings: Callable[..., Settings], hermes: DemoHermesServer) -> Settings:
     return make_settings(hermes_url=hermes.base_url, hermes_api_key=hermes.api_key)
-
-
-@pytest.fixture
-async def api(settings: Settings) -> AsyncIterator[Api]:
-    async with AsyncTestClient(create_app(settings), base_url=BASE) as client:
-        yield client
 
 
 @pytest.fixture
@@ -594,7 +585,7 @@ async def test_jobs_of_other_shapes_pass_through_or_are_skipped_never_failing_th
 
 async def test_unreachable_hermes_is_503(make_settings: Callable[..., Settings], hermes_down_base_url: str) -> None:
     settings = make_settings(hermes_url=hermes_down_base_url, hermes_api_key="k" * 20)
-    async with AsyncTestClient(create_app(settings), base_url=BASE) as api:
+    async with Api(create_app(settings), base_url=BASE) as api:
         for method, path, body in ALL_ROUTES:
             response = await api.request(method, route(method, path), json=body, headers=OWNER)
             assert response.status_code == 503, (method, path, response.text)

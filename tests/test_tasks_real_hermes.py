@@ -1,33 +1,24 @@
 """Scheduled tasks against a real hermes-agent 0.19.0 gateway: the same scenario as on the demo Hermes."""
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Final
 
 import pytest
-from litestar import Litestar
-from litestar.testing import AsyncTestClient
 
-from handlers.app import create_app
 from hermes_client import HermesClient, JobRepeat
 from pheby.settings import Settings
+from tests.app_client import Api
 from tests.real_hermes import RealHermes
-from tests.test_tasks import BASE, OWNER, PROMPT, add_account, check_task, tasks_scenario
+from tests.test_tasks import OWNER, PROMPT, add_account, check_task, tasks_scenario
 
 pytestmark = [pytest.mark.anyio, pytest.mark.hermes, pytest.mark.live, pytest.mark.xdist_group("hermes")]
 
-Api = AsyncTestClient[Litestar]
 UNKNOWN_ID: Final = "fedcba987654"
 
 
 @pytest.fixture
 def settings(make_settings: Callable[..., Settings], real_hermes: RealHermes) -> Settings:
     return make_settings(hermes_url=real_hermes.base_url, hermes_api_key=real_hermes.api_key)
-
-
-@pytest.fixture
-async def api(settings: Settings) -> AsyncIterator[Api]:
-    async with AsyncTestClient(create_app(settings), base_url=BASE) as client:
-        yield client
 
 
 async def test_scenario_on_the_real_gateway(api: Api, real_hermes: RealHermes) -> None:
