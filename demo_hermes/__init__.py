@@ -11,6 +11,7 @@ from demo_hermes.app import create_demo_app
 from demo_hermes.echo import EchoReply, parse_echo_reply
 from demo_hermes.execution import CRON_PREAMBLE
 from demo_hermes.server import DemoHermesServer
+from demo_hermes.state import DemoOptions
 
 __all__ = [
     "APPROVAL_COMMAND",
@@ -20,6 +21,7 @@ __all__ = [
     "CRON_PREAMBLE",
     "SEARCH_ARGS",
     "DemoHermesServer",
+    "DemoOptions",
     "EchoReply",
     "create_demo_app",
     "parse_echo_reply",

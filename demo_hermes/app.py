@@ -3,7 +3,7 @@
 import contextlib
 import hmac
 import secrets
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Final
 
@@ -11,10 +11,8 @@ from litestar import Litestar, Request
 from litestar.datastructures import State
 
 from demo_hermes.execution import run_cron_ticker
-from demo_hermes.newer import check_features
-from demo_hermes.replay import DEFAULT_BACKLOG_LIMIT
 from demo_hermes.routes import ALL_ROUTES
-from demo_hermes.state import DemoState, demo_state
+from demo_hermes.state import DemoOptions, DemoState, demo_state
 from demo_hermes.wire import HermesHTTPError, api_error, dashboard_error, handle_hermes_error
 
 __all__ = ["create_demo_app"]
@@ -51,17 +49,7 @@ def authenticate(request: Request[Any, Any, Any]) -> None:
 
 
 def create_demo_app(
-    api_key: str,
-    media_dir: Path,
-    *,
-    dashboard_token: str | None = None,
-    delta_delay: float = 0.01,
-    keepalive_seconds: float = 30.0,
-    max_concurrent_runs: int = 0,
-    cron_tick_seconds: float = 1.0,
-    answer_delay: float = 0.0,
-    features: Iterable[str] = (),
-    replay_backlog: int = DEFAULT_BACKLOG_LIMIT,
+    api_key: str, media_dir: Path, *, dashboard_token: str | None = None, options: DemoOptions | None = None
 ) -> Litestar:
     """Build the demo Hermes.
 
@@ -69,24 +57,13 @@ def create_demo_app(
         api_key: the bearer key every gateway route requires (like ``API_SERVER_KEY``).
         media_dir: where ``/demo image``, ``/demo document`` and ``/demo files`` write the files they deliver.
         dashboard_token: the dashboard session token; defaults to ``api_key``.
-        delta_delay: seconds between streamed text deltas (``/demo slow`` always uses 50 ms).
-        keepalive_seconds: silence after which a run stream gets a ``: keepalive`` comment.
-        max_concurrent_runs: 429 beyond this many active runs; 0 means unlimited.
-        cron_tick_seconds: how often due jobs are looked for (Hermes ticks every 60 s).
-        answer_delay: seconds ``POST …/approval`` and ``…/clarify`` wait after handing the answer to the
-            agent before replying, as a busy gateway may: the run's next events reach the stream first.
+        options: how it behaves (``DemoOptions``: delays, limits, 0.22-era features).
     """
     state = DemoState(
         api_key=api_key,
         dashboard_token=dashboard_token or api_key,
         media_dir=Path(media_dir),
-        delta_delay=delta_delay,
-        keepalive_seconds=keepalive_seconds,
-        max_concurrent_runs=max_concurrent_runs,
-        cron_tick_seconds=cron_tick_seconds,
-        answer_delay=answer_delay,
-        features=check_features(features),
-        replay_backlog=replay_backlog,
+        options=options or DemoOptions(),
     )
 
     @contextlib.asynccontextmanager

@@ -170,6 +170,6 @@ async def _execute_job(state: DemoState, job: dict[str, Any]) -> None:
 async def run_cron_ticker(state: DemoState) -> None:
     """The scheduler tick: start every enabled job whose ``next_run_at`` has come."""
     while True:
-        await asyncio.sleep(state.cron_tick_seconds)
+        await asyncio.sleep(state.options.cron_tick_seconds)
         for job in state.jobs.due(utc_now()):
             state.spawn(execute_job(state, job["id"]))

@@ -6,18 +6,16 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
-from typing import Final, Self
+from typing import Any, Final, Self
 
 import anyio.to_thread
 import uvicorn
 
 from demo_hermes.app import create_demo_app, new_api_key
-from demo_hermes.replay import DEFAULT_BACKLOG_LIMIT
 from demo_hermes.runs import Run
-from demo_hermes.state import DemoState
+from demo_hermes.state import DemoOptions, DemoState
 
 __all__ = ["DemoHermesServer"]
 
@@ -40,29 +38,16 @@ class DemoHermesServer:
         api_key: str | None = None,
         dashboard_token: str | None = None,
         media_dir: Path | None = None,
-        delta_delay: float = 0.01,
-        keepalive_seconds: float = 30.0,
-        max_concurrent_runs: int = 0,
-        cron_tick_seconds: float = 1.0,
-        answer_delay: float = 0.0,
-        features: Iterable[str] = (),
-        replay_backlog: int = DEFAULT_BACKLOG_LIMIT,
+        **options: Any,
     ) -> None:
+        """``options`` are the fields of ``DemoOptions`` (an unknown name is a ``TypeError``)."""
         self.api_key = api_key or new_api_key()
         self.dashboard_token = dashboard_token or new_api_key()
+        self.options = DemoOptions(**options)
         self._owns_media_dir = media_dir is None
         self.media_dir = Path(media_dir) if media_dir is not None else Path(tempfile.mkdtemp(prefix="demo-hermes-"))
         self.app = create_demo_app(
-            self.api_key,
-            self.media_dir,
-            dashboard_token=self.dashboard_token,
-            delta_delay=delta_delay,
-            keepalive_seconds=keepalive_seconds,
-            max_concurrent_runs=max_concurrent_runs,
-            cron_tick_seconds=cron_tick_seconds,
-            answer_delay=answer_delay,
-            features=features,
-            replay_backlog=replay_backlog,
+            self.api_key, self.media_dir, dashboard_token=self.dashboard_token, options=self.options
         )
         self._socket: socket.socket | None = None
         self._server: uvicorn.Server | None = None

@@ -71,10 +71,10 @@ async def create_run(request: Request[Any, Any, Any]) -> Response[bytes]:
     session_id = body.get("session_id")
     if session_id is not None and not isinstance(session_id, str):
         raise api_error(400, "'session_id' must be a string")
-    if state.max_concurrent_runs and len(state.runs.active()) >= state.max_concurrent_runs:
+    if state.options.max_concurrent_runs and len(state.runs.active()) >= state.options.max_concurrent_runs:
         raise api_error(
             429,
-            f"Too many concurrent runs (max {state.max_concurrent_runs})",
+            f"Too many concurrent runs (max {state.options.max_concurrent_runs})",
             "rate_limit_exceeded",
             error_type="rate_limit_error",
             headers={"Retry-After": "1"},
@@ -129,7 +129,7 @@ async def run_events(request: Request[Any, Any, Any], run_id: FromPath[str]) -> 
             raise _run_not_found(run_id)
         await asyncio.sleep(0.05)
     return Stream(
-        _event_stream(run, queue, state.keepalive_seconds),
+        _event_stream(run, queue, state.options.keepalive_seconds),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
@@ -137,7 +137,7 @@ async def run_events(request: Request[Any, Any, Any], run_id: FromPath[str]) -> 
 
 async def _answer_delay(request: Request[Any, Any, Any]) -> None:
     """Hermes answers while the agent already goes on; a delay makes the run win that race every time."""
-    delay = demo_state(request).answer_delay
+    delay = demo_state(request).options.answer_delay
     if delay:
         await asyncio.sleep(delay)
 
