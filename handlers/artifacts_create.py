@@ -5,7 +5,6 @@ from litestar import post
 from litestar.di import NamedDependency
 from litestar.params import JSONBody
 
-from handlers.bodies import authenticated
 from pheby.artifacts import ArtifactBody
 from pheby.auth import Principal
 from pheby.services import Services
@@ -17,7 +16,7 @@ class CreateArtifactRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=T
     content: str = ""
 
 
-@post("/api/artifacts", tags=["artifacts"], status_code=201, guards=[authenticated])
+@post("/artifacts", tags=["artifacts"], status_code=201)
 async def create_artifact(
     current_user: NamedDependency[Principal],
     services: NamedDependency[Services],

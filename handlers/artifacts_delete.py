@@ -8,7 +8,7 @@ from pheby.auth import Principal
 from pheby.services import Services
 
 
-@delete("/api/artifacts/{artifact_id:str}", tags=["artifacts"], status_code=200)
+@delete("/artifacts/{artifact_id:str}", tags=["artifacts"], status_code=200)
 async def delete_artifact(
     current_user: NamedDependency[Principal], services: NamedDependency[Services], artifact_id: FromPath[str]
 ) -> dict[str, bool]:

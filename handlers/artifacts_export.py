@@ -30,7 +30,7 @@ def attachment_disposition(filename: str) -> str:
     return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(filename, safe='')}"
 
 
-@get("/api/artifacts/{artifact_id:str}/export", tags=["artifacts"])
+@get("/artifacts/{artifact_id:str}/export", tags=["artifacts"])
 async def export_artifact(
     current_user: NamedDependency[Principal],
     services: NamedDependency[Services],

@@ -9,7 +9,7 @@ from pheby.auth import Principal
 from pheby.services import Services
 
 
-@get("/api/artifacts/{artifact_id:str}", tags=["artifacts"])
+@get("/artifacts/{artifact_id:str}", tags=["artifacts"])
 async def get_artifact(
     current_user: NamedDependency[Principal],
     services: NamedDependency[Services],

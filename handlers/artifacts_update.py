@@ -7,7 +7,7 @@ from litestar import patch
 from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody
 
-from handlers.bodies import authenticated, read_body
+from handlers.bodies import read_body
 from pheby.artifacts import ArtifactBody
 from pheby.auth import Principal
 from pheby.errors import BadRequest
@@ -22,7 +22,7 @@ class UpdateArtifactRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=T
     content: str | None = None
 
 
-@patch("/api/artifacts/{artifact_id:str}", tags=["artifacts"], guards=[authenticated])
+@patch("/artifacts/{artifact_id:str}", tags=["artifacts"])
 async def update_artifact(
     current_user: NamedDependency[Principal],
     services: NamedDependency[Services],

@@ -15,7 +15,7 @@ class VersionList(msgspec.Struct, frozen=True):
     next_cursor: None = None  # bounded by the versions-per-artifact limit
 
 
-@get("/api/artifacts/{artifact_id:str}/versions", tags=["artifacts"])
+@get("/artifacts/{artifact_id:str}/versions", tags=["artifacts"])
 async def list_artifact_versions(
     current_user: NamedDependency[Principal], services: NamedDependency[Services], artifact_id: FromPath[str]
 ) -> VersionList:

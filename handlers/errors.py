@@ -6,11 +6,13 @@ App `exception_handlers` apply to HTTP only; the WebSocket loop maps errors itse
 import logging
 from typing import Any
 
+import msgspec
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
 from pheby.errors import PhebyError
+from pheby.events import ErrorBody
 
 log = logging.getLogger("pheby.http")
 
@@ -29,15 +31,23 @@ _HTTP_CODES = {
 }
 
 
-def error_response(status: int, code: str, message: str) -> Response[dict[str, dict[str, str]]]:
-    return Response({"error": {"code": code, "message": message}}, status_code=status)
+class ErrorResponse(msgspec.Struct, frozen=True):
+    """Every HTTP error body: `{"error": {"code", "message"}}` (the WebSocket `error` frame's `error` too)."""
+
+    error: ErrorBody
 
 
-def pheby_error_handler(_: Request[Any, Any, Any], exc: PhebyError) -> Response[dict[str, dict[str, str]]]:
+def error_response(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None
+) -> Response[ErrorResponse]:
+    return Response(ErrorResponse(ErrorBody(code=code, message=message)), status_code=status, headers=headers)
+
+
+def pheby_error_handler(_: Request[Any, Any, Any], exc: PhebyError) -> Response[ErrorResponse]:
     return error_response(exc.status_code, exc.code, exc.message)
 
 
-def http_error_handler(request: Request[Any, Any, Any], exc: HTTPException) -> Response[dict[str, dict[str, str]]]:
+def http_error_handler(request: Request[Any, Any, Any], exc: HTTPException) -> Response[ErrorResponse]:
     status = exc.status_code
     if status >= 500:
         return error_response(status, "internal_error", "Internal error")
@@ -49,11 +59,11 @@ def http_error_handler(request: Request[Any, Any, Any], exc: HTTPException) -> R
         # The Pheby spec allows an attachment URL no other answer than this, whatever the path holds.
         attachment = request.url.path.startswith("/attachments/")
         return error_response(404, "not_found", "Attachment unavailable" if attachment else "Not found")
-    message = exc.detail
-    return error_response(status, _HTTP_CODES.get(status, "error"), message)
+    # A 405 keeps Litestar's `Allow` header (RFC 9110: the methods the path does answer).
+    return error_response(status, _HTTP_CODES.get(status, "error"), exc.detail, exc.headers)
 
 
-def internal_error_handler(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, dict[str, str]]]:
+def internal_error_handler(request: Request[Any, Any, Any], exc: Exception) -> Response[ErrorResponse]:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     return error_response(HTTP_500_INTERNAL_SERVER_ERROR, "internal_error", "Internal error")
 

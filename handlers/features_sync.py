@@ -22,7 +22,7 @@ class ChangePage(msgspec.Struct, frozen=True):
     cursor: int  # pass back as `after`; unchanged when there was nothing new
 
 
-@get("/api/features/sync", tags=["features"])
+@get("/features/sync", tags=["features"])
 async def features_sync(
     current_user: NamedDependency[Principal], services: NamedDependency[Services], after: FromQuery[int] = 0
 ) -> ChangePage:

@@ -16,7 +16,7 @@ class HopeAttachmentResponse(msgspec.Struct, frozen=True):
     attachment: HopeAttachment
 
 
-@post("/api/attachments", status_code=201, request_max_body_size=None, tags=["hope"])
+@post("/attachments", status_code=201, request_max_body_size=None, tags=["hope"])
 async def create_hope_attachment(
     request: Request[Any, Any, Any], current_user: NamedDependency[Principal], services: NamedDependency[Services]
 ) -> HopeAttachmentResponse:

@@ -8,7 +8,7 @@ from pheby.auth import Principal
 from pheby.services import Services
 
 
-@delete("/api/attachments/{attachment_id:str}", status_code=200, tags=["hope"])
+@delete("/attachments/{attachment_id:str}", status_code=200, tags=["hope"])
 async def delete_hope_attachment(
     current_user: NamedDependency[Principal], services: NamedDependency[Services], attachment_id: FromPath[str]
 ) -> dict[str, bool]:

@@ -10,7 +10,7 @@ from pheby.auth import Principal
 from pheby.services import Services
 
 
-@get("/api/attachments/{attachment_id:str}", tags=["hope"])
+@get("/attachments/{attachment_id:str}", tags=["hope"])
 async def get_hope_attachment(
     current_user: NamedDependency[Principal], services: NamedDependency[Services], attachment_id: FromPath[str]
 ) -> HopeAttachmentResponse:

@@ -8,6 +8,6 @@ from pheby.memory import MemorySections
 from pheby.services import Services
 
 
-@get("/api/memory", tags=["memory"])
+@get("/memory", tags=["memory"])
 async def get_memory(current_user: NamedDependency[Principal], services: NamedDependency[Services]) -> MemorySections:
     return MemorySections(sections=await services.memory.sections(current_user.account))

@@ -4,13 +4,12 @@ from litestar import put
 from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody
 
-from handlers.bodies import authenticated
 from pheby.auth import Principal
 from pheby.memory import MemorySection, MemoryUpdate
 from pheby.services import Services
 
 
-@put("/api/memory/{section:str}", tags=["memory"], guards=[authenticated])
+@put("/memory/{section:str}", tags=["memory"])
 async def put_memory(
     section: FromPath[str],
     data: JSONBody[MemoryUpdate],

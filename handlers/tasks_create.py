@@ -6,13 +6,13 @@ from litestar import post
 from litestar.di import NamedDependency
 from litestar.params import JSONBody
 
-from handlers.bodies import authenticated, read_body
+from handlers.bodies import read_body
 from pheby.auth import Principal
 from pheby.services import Services
 from pheby.tasks import CreateTask, TaskEnvelope
 
 
-@post("/api/tasks", tags=["tasks"], status_code=201, guards=[authenticated])
+@post("/tasks", tags=["tasks"], status_code=201)
 async def create_task(
     data: JSONBody[dict[str, Any]], current_user: NamedDependency[Principal], services: NamedDependency[Services]
 ) -> TaskEnvelope:

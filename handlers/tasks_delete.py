@@ -8,7 +8,7 @@ from pheby.auth import Principal
 from pheby.services import Services
 
 
-@delete("/api/tasks/{task_id:str}", tags=["tasks"], status_code=200)
+@delete("/tasks/{task_id:str}", tags=["tasks"], status_code=200)
 async def delete_task(
     task_id: FromPath[str], current_user: NamedDependency[Principal], services: NamedDependency[Services]
 ) -> dict[str, bool]:

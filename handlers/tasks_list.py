@@ -8,6 +8,6 @@ from pheby.services import Services
 from pheby.tasks import TaskList
 
 
-@get("/api/tasks", tags=["tasks"])
+@get("/tasks", tags=["tasks"])
 async def list_tasks(current_user: NamedDependency[Principal], services: NamedDependency[Services]) -> TaskList:
     return TaskList(tasks=await services.tasks.listing(current_user.account))

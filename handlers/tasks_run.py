@@ -9,7 +9,7 @@ from pheby.services import Services
 from pheby.tasks import TaskEnvelope
 
 
-@post("/api/tasks/{task_id:str}/run", tags=["tasks"], status_code=200)
+@post("/tasks/{task_id:str}/run", tags=["tasks"], status_code=200)
 async def run_task(
     task_id: FromPath[str], current_user: NamedDependency[Principal], services: NamedDependency[Services]
 ) -> TaskEnvelope:

@@ -6,13 +6,13 @@ from litestar import patch
 from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody
 
-from handlers.bodies import authenticated, read_body
+from handlers.bodies import read_body
 from pheby.auth import Principal
 from pheby.services import Services
 from pheby.tasks import TaskEnvelope, UpdateTask
 
 
-@patch("/api/tasks/{task_id:str}", tags=["tasks"], guards=[authenticated])
+@patch("/tasks/{task_id:str}", tags=["tasks"])
 async def update_task(
     task_id: FromPath[str],
     data: JSONBody[dict[str, Any]],
