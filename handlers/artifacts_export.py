@@ -11,6 +11,7 @@ from litestar import MediaType, Response, get
 from litestar.di import NamedDependency
 from litestar.params import FromPath, FromQuery
 
+from handlers.openapi import download_operation, errors
 from pheby.auth import Principal
 from pheby.services import Services
 
@@ -30,7 +31,12 @@ def attachment_disposition(filename: str) -> str:
     return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(filename, safe='')}"
 
 
-@get("/artifacts/{artifact_id:str}/export", tags=["artifacts"])
+@get(
+    "/artifacts/{artifact_id:str}/export",
+    tags=["artifacts"],
+    operation_class=download_operation(200, ["text/plain"]),
+    responses=errors(400, 404),
+)
 async def export_artifact(
     current_user: NamedDependency[Principal],
     services: NamedDependency[Services],

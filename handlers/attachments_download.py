@@ -8,10 +8,16 @@ from litestar.params import FromPath
 from litestar.response import Stream
 
 from handlers.downloads import attachment_download
+from handlers.openapi import download_operation, errors
 from pheby.services import Services
 
 
-@get("/attachments/{attachment_id:str}", tags=["pheby"])
+@get(
+    "/attachments/{attachment_id:str}",
+    tags=["pheby"],
+    operation_class=download_operation(200, ["*/*"]),
+    responses=errors(401, 404, 503),
+)
 async def download_attachment(
     request: Request[Any, Any, Any], services: NamedDependency[Services], attachment_id: FromPath[str]
 ) -> Stream:

@@ -5,8 +5,10 @@ from typing import Any
 import msgspec
 from litestar import Request, post
 from litestar.di import NamedDependency
+from litestar.openapi.spec import OpenAPIType, Schema
 from litestar.params import FromQuery
 
+from handlers.openapi import errors, query, raw_body_operation
 from handlers.uploads import refuse_declared_over
 from pheby.attachments import PhebyDescriptor, pheby_descriptor
 from pheby.errors import BadRequest, ConversationNotFound
@@ -17,7 +19,24 @@ class UploadResponse(msgspec.Struct, frozen=True):
     attachment: PhebyDescriptor
 
 
-@post("/attachments", status_code=201, request_max_body_size=None, tags=["pheby"])
+# Any type: the bytes are stored as sent. Both query values are required (checked after the credentials).
+UPLOAD = raw_body_operation(
+    ["*/*"],
+    [
+        query("conversation_id", Schema(type=OpenAPIType.STRING, min_length=1)),
+        query("filename", Schema(type=OpenAPIType.STRING, min_length=1, max_length=255)),
+    ],
+)
+
+
+@post(
+    "/attachments",
+    status_code=201,
+    request_max_body_size=None,
+    tags=["pheby"],
+    operation_class=UPLOAD,
+    responses=errors(400, 401, 408, 413, 503),
+)
 async def upload_attachment(
     request: Request[Any, Any, Any],
     services: NamedDependency[Services],

@@ -6,11 +6,18 @@ from litestar.params import FromPath
 from litestar.response import Stream
 
 from handlers.downloads import attachment_download
+from handlers.openapi import download_operation, errors
 from pheby.auth import Principal
+from pheby.file_types import HOPE_MIME_TYPES
 from pheby.services import Services
 
 
-@get("/attachments/{attachment_id:str}/content", tags=["hope"])
+@get(
+    "/attachments/{attachment_id:str}/content",
+    tags=["hope"],
+    operation_class=download_operation(200, HOPE_MIME_TYPES),
+    responses=errors(404),
+)
 async def get_hope_attachment_content(
     current_user: NamedDependency[Principal], services: NamedDependency[Services], attachment_id: FromPath[str]
 ) -> Stream:

@@ -10,6 +10,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import msgspec
+from litestar.enums import ParamType, RequestEncodingType
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import (
     OpenAPIFormat,
@@ -21,6 +23,7 @@ from litestar.openapi.spec import (
     RequestBody,
     Schema,
 )
+from litestar.params import Body, BodyKwarg
 
 from handlers.errors import ErrorResponse
 
@@ -55,18 +58,16 @@ def guard_errors(http_methods: Iterable[str]) -> dict[int, ResponseSpec]:
     return errors(401, 403, 503) if MUTATING & set(http_methods) else errors(401, 503)
 
 
-def _binary(media_types: Iterable[str]) -> dict[str, OpenAPIMediaType]:
-    return {
-        m: OpenAPIMediaType(schema=Schema(type=OpenAPIType.STRING, format=OpenAPIFormat.BINARY))
-        for m in sorted(media_types)
-    }
+def _binary(media_types: Iterable[str], min_length: int | None = None) -> dict[str, OpenAPIMediaType]:
+    binary = Schema(type=OpenAPIType.STRING, format=OpenAPIFormat.BINARY, min_length=min_length)
+    return {m: OpenAPIMediaType(schema=binary) for m in sorted(media_types)}
 
 
 def raw_body_operation(
-    media_types: Iterable[str], parameters: Iterable[Parameter] = (), description: str = "The file's bytes"
+    media_types: Iterable[str], parameters: Iterable[Parameter] = (), description: str = "The file's bytes (not empty)"
 ) -> type[Operation]:
     """An operation whose request body is the raw bytes of a file, in one of `media_types`."""
-    body = RequestBody(content=_binary(media_types), required=True, description=description)
+    body = RequestBody(content=_binary(media_types, min_length=1), required=True, description=description)
     extra = tuple(parameters)
 
     @dataclass
@@ -97,3 +98,27 @@ def download_operation(
             self.responses = responses
 
     return DownloadOperation
+
+
+def json_body(type_: type[Any], **extra: Any) -> BodyKwarg:
+    """`Annotated[..., json_body(T)]`: the JSON body documented as msgspec's schema of `T`.
+
+    That schema carries every `msgspec.Meta` constraint and `additionalProperties: false` for a
+    struct that forbids unknown fields, which Litestar's own rendering leaves out; `extra` adds
+    object-level keywords (`minProperties`, `anyOf`). Routes that validate the body themselves
+    (`read_body` on a dict) document the struct they validate with.
+    """
+    document = msgspec.json.schema(type_)
+    schema = document["$defs"][document["$ref"].rsplit("/", 1)[1]]
+    keywords = {"properties": schema["properties"], "required": schema.get("required") or None}
+    keywords |= {"additional_properties": schema.get("additionalProperties"), "title": schema["title"]}
+    body: BodyKwarg = Body(media_type=RequestEncodingType.JSON, schema_extra={**keywords, **extra})
+    return body
+
+
+def header(name: str, schema: Schema, required: bool = True) -> Parameter:
+    return Parameter(name=name, param_in=ParamType.HEADER, schema=schema, required=required)
+
+
+def query(name: str, schema: Schema, required: bool = True) -> Parameter:
+    return Parameter(name=name, param_in=ParamType.QUERY, schema=schema, required=required)
