@@ -9,7 +9,7 @@ from litestar.openapi.spec import OpenAPIType, Schema
 from litestar.params import FromQuery
 
 from handlers.openapi import errors, query, raw_body_operation
-from handlers.uploads import refuse_declared_over
+from handlers.uploads import FILENAME_SCHEMA, refuse_declared_over
 from pheby.attachments import PhebyDescriptor, pheby_descriptor
 from pheby.errors import BadRequest, ConversationNotFound
 from pheby.services import Services
@@ -19,13 +19,15 @@ class UploadResponse(msgspec.Struct, frozen=True):
     attachment: PhebyDescriptor
 
 
-# Any type: the bytes are stored as sent. Both query values are required (checked after the credentials).
+# Any type is taken and stored as sent; the document names the generic one (a `*/*` body is no raw bytes
+# to a client generator). Both query values are required (checked after the credentials).
 UPLOAD = raw_body_operation(
-    ["*/*"],
+    ["application/octet-stream"],
     [
         query("conversation_id", Schema(type=OpenAPIType.STRING, min_length=1)),
-        query("filename", Schema(type=OpenAPIType.STRING, min_length=1, max_length=255)),
+        query("filename", FILENAME_SCHEMA),
     ],
+    "The file's bytes (not empty), of any Content-Type",
 )
 
 

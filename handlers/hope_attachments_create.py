@@ -5,10 +5,9 @@ from typing import Any
 import msgspec
 from litestar import Request, post
 from litestar.di import NamedDependency
-from litestar.openapi.spec import OpenAPIType, Schema
 
 from handlers.openapi import errors, header, raw_body_operation
-from handlers.uploads import declared_length, utf8_header
+from handlers.uploads import FILENAME_SCHEMA, declared_length, utf8_header
 from pheby.attachments import HopeAttachment, hope_object
 from pheby.auth import Principal
 from pheby.file_types import HOPE_MIME_TYPES
@@ -19,14 +18,6 @@ class HopeAttachmentResponse(msgspec.Struct, frozen=True):
     attachment: HopeAttachment
 
 
-# What `filename_problem` allows: not blank, no path separator, no control or format character (as far
-# as header text, Latin-1, can hold them), at most 255 UTF-8 bytes.
-FILENAME_SCHEMA = Schema(
-    type=OpenAPIType.STRING,
-    max_length=255,
-    pattern=r"^[^/\\\x00-\x1f\x7f-\x9f\xad]*[^/\\\s\x00-\x1f\x7f-\x9f\xad][^/\\\x00-\x1f\x7f-\x9f\xad]*$",
-    description="The file's name as UTF-8 (at most 255 bytes); not `.` or `..`",
-)
 UPLOAD = raw_body_operation(HOPE_MIME_TYPES, [header("X-Filename", FILENAME_SCHEMA)])
 
 
