@@ -31,11 +31,14 @@ class CreateArtifactRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=T
     content: Annotated[str, msgspec.Meta(extra_json_schema=CONTENT_SCHEMA)] = ""
 
 
+EXAMPLE = {"title": "Trip plan", "kind": "markdown", "content": "# Day 1\n"}
+
+
 @post("/artifacts", tags=["artifacts"], status_code=201, responses=errors(400, 408, 413, 422))
 async def create_artifact(
     current_user: NamedDependency[Principal],
     services: NamedDependency[Services],
-    data: Annotated[CreateArtifactRequest, json_body(CreateArtifactRequest)],
+    data: Annotated[CreateArtifactRequest, json_body(CreateArtifactRequest, examples=[EXAMPLE])],
 ) -> ArtifactBody:
     artifact = await services.artifacts.create(current_user.account.id, data.title, data.kind, data.content)
     return ArtifactBody(artifact=artifact)

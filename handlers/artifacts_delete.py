@@ -9,7 +9,7 @@ from pheby.auth import Principal
 from pheby.services import Services
 
 
-@delete("/artifacts/{artifact_id:str}", tags=["artifacts"], status_code=200, responses=errors(404))
+@delete("/artifacts/{artifact_id:str}", tags=["artifacts"], status_code=200, responses=errors(400, 404))
 async def delete_artifact(
     current_user: NamedDependency[Principal], services: NamedDependency[Services], artifact_id: FromPath[str]
 ) -> dict[str, bool]:

@@ -16,7 +16,7 @@ class VersionList(msgspec.Struct, frozen=True):
     next_cursor: None = None  # bounded by the versions-per-artifact limit
 
 
-@get("/artifacts/{artifact_id:str}/versions", tags=["artifacts"], responses=errors(404))
+@get("/artifacts/{artifact_id:str}/versions", tags=["artifacts"], responses=errors(400, 404))
 async def list_artifact_versions(
     current_user: NamedDependency[Principal], services: NamedDependency[Services], artifact_id: FromPath[str]
 ) -> VersionList:

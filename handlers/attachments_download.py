@@ -16,7 +16,7 @@ from pheby.services import Services
     "/attachments/{attachment_id:str}",
     tags=["pheby"],
     operation_class=download_operation(200, ["*/*"]),
-    responses=errors(401, 404, 503),
+    responses=errors(400, 401, 404, 503),
 )
 async def download_attachment(
     request: Request[Any, Any, Any], services: NamedDependency[Services], attachment_id: FromPath[str]

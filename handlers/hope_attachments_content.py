@@ -16,7 +16,7 @@ from pheby.services import Services
     "/attachments/{attachment_id:str}/content",
     tags=["hope"],
     operation_class=download_operation(200, HOPE_MIME_TYPES),
-    responses=errors(404),
+    responses=errors(400, 404),
 )
 async def get_hope_attachment_content(
     current_user: NamedDependency[Principal], services: NamedDependency[Services], attachment_id: FromPath[str]

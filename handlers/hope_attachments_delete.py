@@ -9,7 +9,7 @@ from pheby.auth import Principal
 from pheby.services import Services
 
 
-@delete("/attachments/{attachment_id:str}", status_code=200, tags=["hope"], responses=errors(404))
+@delete("/attachments/{attachment_id:str}", status_code=200, tags=["hope"], responses=errors(400, 404))
 async def delete_hope_attachment(
     current_user: NamedDependency[Principal], services: NamedDependency[Services], attachment_id: FromPath[str]
 ) -> dict[str, bool]:

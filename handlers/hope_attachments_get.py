@@ -11,7 +11,7 @@ from pheby.auth import Principal
 from pheby.services import Services
 
 
-@get("/attachments/{attachment_id:str}", tags=["hope"], responses=errors(404))
+@get("/attachments/{attachment_id:str}", tags=["hope"], responses=errors(400, 404))
 async def get_hope_attachment(
     current_user: NamedDependency[Principal], services: NamedDependency[Services], attachment_id: FromPath[str]
 ) -> HopeAttachmentResponse:

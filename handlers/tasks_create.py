@@ -11,10 +11,13 @@ from pheby.auth import Principal
 from pheby.services import Services
 from pheby.tasks import CreateTask, TaskEnvelope
 
+# A body Hermes takes: a schedule is a duration ("30m"), an interval ("every 2h"), a cron line or a timestamp.
+EXAMPLE = {"name": "Morning brief", "schedule": "0 9 * * *", "prompt": "Summarise the news for me"}
+
 
 @post("/tasks", tags=["tasks"], status_code=201, responses=errors(400, 408, 413, 422, 501, 502))
 async def create_task(
-    data: Annotated[dict[str, Any], json_body(CreateTask)],
+    data: Annotated[dict[str, Any], json_body(CreateTask, examples=[EXAMPLE])],
     current_user: NamedDependency[Principal],
     services: NamedDependency[Services],
 ) -> TaskEnvelope:

@@ -9,7 +9,7 @@ from pheby.auth import Principal
 from pheby.services import Services
 
 
-@delete("/tasks/{task_id:str}", tags=["tasks"], status_code=200, responses=errors(404, 501, 502))
+@delete("/tasks/{task_id:str}", tags=["tasks"], status_code=200, responses=errors(400, 404, 501, 502))
 async def delete_task(
     task_id: FromPath[str], current_user: NamedDependency[Principal], services: NamedDependency[Services]
 ) -> dict[str, bool]:

@@ -10,7 +10,7 @@ from pheby.services import Services
 from pheby.tasks import TaskEnvelope
 
 
-@post("/tasks/{task_id:str}/run", tags=["tasks"], status_code=200, responses=errors(404, 501, 502))
+@post("/tasks/{task_id:str}/run", tags=["tasks"], status_code=200, responses=errors(400, 404, 501, 502))
 async def run_task(
     task_id: FromPath[str], current_user: NamedDependency[Principal], services: NamedDependency[Services]
 ) -> TaskEnvelope:

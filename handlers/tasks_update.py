@@ -12,11 +12,13 @@ from pheby.auth import Principal
 from pheby.services import Services
 from pheby.tasks import TaskEnvelope, UpdateTask
 
+EXAMPLE = {"schedule": "every 2h", "enabled": False}
+
 
 @patch("/tasks/{task_id:str}", tags=["tasks"], responses=errors(400, 404, 408, 413, 422, 501, 502))
 async def update_task(
     task_id: FromPath[str],
-    data: Annotated[dict[str, Any], json_body(UpdateTask, min_properties=1)],
+    data: Annotated[dict[str, Any], json_body(UpdateTask, min_properties=1, examples=[EXAMPLE])],
     current_user: NamedDependency[Principal],
     services: NamedDependency[Services],
 ) -> TaskEnvelope:

@@ -125,5 +125,6 @@ def test_schemathesis_finds_nothing(contract_server: LiveServer, tmp_path: Path)
     )
     elapsed = time.monotonic() - started
     summary = run.stdout[-6000:]
+    print(f"schemathesis ran {elapsed:.1f}s:\n{summary}")  # shown with `pytest -rP`
     assert run.returncode == 0, f"schemathesis found failures ({elapsed:.0f}s):\n{run.stdout[-30000:]}{run.stderr}"
     assert "No issues found" in run.stdout or " passed" in summary, summary
