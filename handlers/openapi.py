@@ -26,6 +26,7 @@ from litestar.openapi.spec import (
 from litestar.params import Body, BodyKwarg
 
 from handlers.errors import ErrorResponse
+from pheby.auth import MUTATING_METHODS
 
 _DESCRIPTIONS = {
     400: "Malformed request: a parameter or body of the wrong type or shape",
@@ -42,7 +43,6 @@ _DESCRIPTIONS = {
     502: "Hermes answered with an error",
     503: "Hermes or storage is unavailable",
 }
-MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 def errors(*statuses: int) -> dict[int, ResponseSpec]:
@@ -55,7 +55,7 @@ def errors(*statuses: int) -> dict[int, ResponseSpec]:
 
 def guard_errors(http_methods: Iterable[str]) -> dict[int, ResponseSpec]:
     """What the `/api` guard answers: 401, 403 for a cookie change without Origin, 503 when storage is down."""
-    return errors(401, 403, 503) if MUTATING & set(http_methods) else errors(401, 503)
+    return errors(401, 403, 503) if MUTATING_METHODS & set(http_methods) else errors(401, 503)
 
 
 def _binary(media_types: Iterable[str], min_length: int | None = None) -> dict[str, OpenAPIMediaType]:
@@ -117,8 +117,10 @@ def json_body(type_: type[Any], **extra: Any) -> BodyKwarg:
 
 
 def header(name: str, schema: Schema, required: bool = True) -> Parameter:
+    """A header a raw-body route reads itself (so it is not in its signature)."""
     return Parameter(name=name, param_in=ParamType.HEADER, schema=schema, required=required)
 
 
 def query(name: str, schema: Schema, required: bool = True) -> Parameter:
+    """A query parameter as the document states it, where the signature must stay lenient (see its route)."""
     return Parameter(name=name, param_in=ParamType.QUERY, schema=schema, required=required)
