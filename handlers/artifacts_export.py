@@ -5,12 +5,14 @@ inline (no HTML, nothing executable), and `.md` / `.txt` is all it claims to be.
 """
 
 import re
+from typing import Annotated
 from urllib.parse import quote
 
 from litestar import MediaType, Response, get
 from litestar.di import NamedDependency
-from litestar.params import FromPath, FromQuery
+from litestar.params import FromPath
 
+from handlers.artifacts_get import REVISION
 from handlers.openapi import download_operation, errors
 from pheby.auth import Principal
 from pheby.services import Services
@@ -41,7 +43,7 @@ async def export_artifact(
     current_user: NamedDependency[Principal],
     services: NamedDependency[Services],
     artifact_id: FromPath[str],
-    revision: FromQuery[int | None] = None,
+    revision: Annotated[int | None, REVISION] = None,
 ) -> Response[bytes]:
     artifact = await services.artifacts.get(current_user.account.id, artifact_id, revision)
     return Response(
