@@ -3,11 +3,13 @@
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from litestar import Litestar
+from litestar import Litestar, Router
 from litestar.datastructures import ResponseHeader
 from litestar.middleware import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import SwaggerRenderPlugin
+from litestar.openapi.spec import Components, SecurityScheme
+from litestar.routes import ASGIRoute, HTTPRoute, WebSocketRoute
 from litestar.types import ControllerRouterHandler
 
 from handlers import (
@@ -48,22 +50,30 @@ from handlers import (
 )
 from handlers.bodies import PhebyRequest
 from handlers.body_timeout import BodyIdleTimeout
-from handlers.dependencies import DEPENDENCIES
+from handlers.dependencies import API_DEPENDENCIES, DEPENDENCIES, authenticated
 from handlers.errors import EXCEPTION_HANDLERS
+from handlers.openapi import guard_errors
 from handlers.ws.endpoint import pheby_socket
 from pheby.services import open_services
 from pheby.settings import Settings
 from scheduler import running_scheduler
 
-ROUTES: list[ControllerRouterHandler] = [
+# Routes outside the `/api` router, each with its own credential rule (or none).
+PUBLIC_ROUTES: list[ControllerRouterHandler] = [
     health.healthz,
     readyz.readyz,
-    auth_login.login,
+    auth_login.login,  # the way to get a credential
+    pheby_socket,  # authenticates with its hello message
+    attachments_upload.upload_attachment,  # Bearer, ApiKey or X-Pheby-Secret
+    attachments_download.download_attachment,
+    internal_plugin_events.plugin_event,  # the plugin secret
+    internal_plugin_media.plugin_media,
+]
+
+# Mounted under `/api` behind the `authenticated` guard: a route added here is protected by that alone.
+API_ROUTES: list[ControllerRouterHandler] = [
     auth_logout.logout,
     me.me,
-    pheby_socket,
-    attachments_upload.upload_attachment,
-    attachments_download.download_attachment,
     hope_attachments_create.create_hope_attachment,
     hope_attachments_list.list_hope_attachments,
     hope_attachments_get.get_hope_attachment,
@@ -89,9 +99,32 @@ ROUTES: list[ControllerRouterHandler] = [
     tasks_run.run_task,
     memory_get.get_memory,
     memory_put.put_memory,
-    internal_plugin_events.plugin_event,
-    internal_plugin_media.plugin_media,
 ]
+
+ROUTES: list[ControllerRouterHandler] = [*PUBLIC_ROUTES, *API_ROUTES]
+
+
+def api_router() -> Router:
+    """Every `/api` route but login, behind the one guard; handlers get the caller as `current_user`."""
+    router = Router(
+        path="/api",
+        route_handlers=API_ROUTES,
+        guards=[authenticated],
+        dependencies=API_DEPENDENCIES,
+        security=[{"bearer": []}, {"session": []}],
+    )
+    rebuilt: list[HTTPRoute | ASGIRoute | WebSocketRoute] = []
+    for route in router.routes:
+        if isinstance(route, HTTPRoute):
+            for handler in route.route_handlers:  # the router's own copies
+                handler.responses = {**guard_errors(handler.http_methods), **(handler.responses or {})}
+            # Litestar's automatic OPTIONS handler answers `Allow` with the methods of the route it was made
+            # for, the one of the first handler of a path; a route made once from all of them lists them all.
+            handlers = [h for h in route.route_handlers if h.handler_name != "options_handler"]
+            route = HTTPRoute(path=route.path, route_handlers=handlers)
+        rebuilt.append(route)
+    router.routes = rebuilt
+    return router
 
 
 def create_app(settings: Settings) -> Litestar:
@@ -105,14 +138,23 @@ def create_app(settings: Settings) -> Litestar:
             yield
 
     return Litestar(
-        route_handlers=ROUTES,
+        route_handlers=[*PUBLIC_ROUTES, api_router()],
         dependencies=DEPENDENCIES,
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         request_class=PhebyRequest,
         middleware=[DefineMiddleware(BodyIdleTimeout, seconds=settings.body_idle_timeout)],
         lifespan=[lifespan],
         openapi_config=OpenAPIConfig(
-            title="Pheby server", version="1", path="/schema", render_plugins=[SwaggerRenderPlugin()]
+            title="Pheby server",
+            version="1",
+            path="/schema",
+            render_plugins=[SwaggerRenderPlugin()],
+            components=Components(
+                security_schemes={
+                    "bearer": SecurityScheme(type="http", scheme="bearer", description="PHEBY_SECRET or a token"),
+                    "session": SecurityScheme(type="apiKey", name="hope_session", security_scheme_in="cookie"),
+                }
+            ),
         ),
         response_headers=[ResponseHeader(name="X-Content-Type-Options", value="nosniff")],
         debug=False,

@@ -4,11 +4,12 @@ from litestar import delete
 from litestar.di import NamedDependency
 from litestar.params import FromPath
 
+from handlers.openapi import errors
 from pheby.auth import Principal
 from pheby.services import Services
 
 
-@delete("/api/artifacts/{artifact_id:str}", tags=["artifacts"], status_code=200)
+@delete("/artifacts/{artifact_id:str}", tags=["artifacts"], status_code=200, responses=errors(400, 404))
 async def delete_artifact(
     current_user: NamedDependency[Principal], services: NamedDependency[Services], artifact_id: FromPath[str]
 ) -> dict[str, bool]:

@@ -5,12 +5,15 @@ inline (no HTML, nothing executable), and `.md` / `.txt` is all it claims to be.
 """
 
 import re
+from typing import Annotated
 from urllib.parse import quote
 
 from litestar import MediaType, Response, get
 from litestar.di import NamedDependency
-from litestar.params import FromPath, FromQuery
+from litestar.params import FromPath
 
+from handlers.artifacts_get import REVISION
+from handlers.openapi import download_operation, errors
 from pheby.auth import Principal
 from pheby.services import Services
 
@@ -30,12 +33,17 @@ def attachment_disposition(filename: str) -> str:
     return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(filename, safe='')}"
 
 
-@get("/api/artifacts/{artifact_id:str}/export", tags=["artifacts"])
+@get(
+    "/artifacts/{artifact_id:str}/export",
+    tags=["artifacts"],
+    operation_class=download_operation(200, ["text/plain"]),
+    responses=errors(400, 404),
+)
 async def export_artifact(
     current_user: NamedDependency[Principal],
     services: NamedDependency[Services],
     artifact_id: FromPath[str],
-    revision: FromQuery[int | None] = None,
+    revision: Annotated[int | None, REVISION] = None,
 ) -> Response[bytes]:
     artifact = await services.artifacts.get(current_user.account.id, artifact_id, revision)
     return Response(

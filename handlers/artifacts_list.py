@@ -14,6 +14,6 @@ class ArtifactList(msgspec.Struct, frozen=True):
     next_cursor: None = None  # the first 200 is all an account can have alive; no paging yet
 
 
-@get("/api/artifacts", tags=["artifacts"])
+@get("/artifacts", tags=["artifacts"])
 async def list_artifacts(current_user: NamedDependency[Principal], services: NamedDependency[Services]) -> ArtifactList:
     return ArtifactList(artifacts=await services.artifacts.list_live(current_user.account.id))

@@ -1,13 +1,15 @@
 """PATCH /api/artifacts/{artifact_id} — edit against the revision the client last saw (else 409)."""
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 from litestar import patch
 from litestar.di import NamedDependency
-from litestar.params import FromPath, JSONBody
+from litestar.params import FromPath
 
-from handlers.bodies import authenticated, read_body
+from handlers.artifacts_create import CONTENT_SCHEMA, KIND_SCHEMA, TITLE_SCHEMA
+from handlers.bodies import read_body
+from handlers.openapi import errors, json_body
 from pheby.artifacts import ArtifactBody
 from pheby.auth import Principal
 from pheby.errors import BadRequest
@@ -17,17 +19,22 @@ from pheby.services import Services
 class UpdateArtifactRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # Optional here so that a missing revision is the spec's 409, not a body-shape 400.
     revision: int | None = None
-    title: str | None = None
-    kind: str | None = None
-    content: str | None = None
+    # null is "not given" here; the schema says string, the one value a client means to send.
+    title: Annotated[str | None, msgspec.Meta(extra_json_schema=TITLE_SCHEMA)] = None
+    kind: Annotated[str | None, msgspec.Meta(extra_json_schema=KIND_SCHEMA)] = None
+    content: Annotated[str | None, msgspec.Meta(extra_json_schema=CONTENT_SCHEMA)] = None
 
 
-@patch("/api/artifacts/{artifact_id:str}", tags=["artifacts"], guards=[authenticated])
+# Something to change: a title, a kind or a content (else 422).
+_SOMETHING = [{"required": [field]} for field in ("title", "kind", "content")]
+
+
+@patch("/artifacts/{artifact_id:str}", tags=["artifacts"], responses=errors(400, 404, 408, 409, 413, 422))
 async def update_artifact(
     current_user: NamedDependency[Principal],
     services: NamedDependency[Services],
     artifact_id: FromPath[str],
-    data: JSONBody[dict[str, Any]],
+    data: Annotated[dict[str, Any], json_body(UpdateArtifactRequest, any_of=_SOMETHING)],
 ) -> ArtifactBody:
     body = read_body(data, UpdateArtifactRequest, BadRequest)  # strictly: a revision "1" is not 1
     artifact = await services.artifacts.update(

@@ -5,6 +5,7 @@ from litestar import get
 from litestar.di import NamedDependency
 from litestar.params import FromPath
 
+from handlers.openapi import errors
 from pheby.artifacts import ArtifactVersion
 from pheby.auth import Principal
 from pheby.services import Services
@@ -15,7 +16,7 @@ class VersionList(msgspec.Struct, frozen=True):
     next_cursor: None = None  # bounded by the versions-per-artifact limit
 
 
-@get("/api/artifacts/{artifact_id:str}/versions", tags=["artifacts"])
+@get("/artifacts/{artifact_id:str}/versions", tags=["artifacts"], responses=errors(400, 404))
 async def list_artifact_versions(
     current_user: NamedDependency[Principal], services: NamedDependency[Services], artifact_id: FromPath[str]
 ) -> VersionList:

@@ -7,10 +7,16 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath
 
 from handlers.downloads import BlobResponse, attachment_download
+from handlers.openapi import download_operation, errors
 from pheby.services import Services
 
 
-@get("/attachments/{attachment_id:str}", tags=["pheby"])
+@get(
+    "/attachments/{attachment_id:str}",
+    tags=["pheby"],
+    operation_class=download_operation(200, ["*/*"]),
+    responses=errors(400, 401, 404, 503),
+)
 async def download_attachment(
     request: Request[Any, Any, Any], services: NamedDependency[Services], attachment_id: FromPath[str]
 ) -> BlobResponse:

@@ -5,9 +5,11 @@ from typing import Any
 import msgspec
 from litestar import Request, post
 from litestar.di import NamedDependency
+from litestar.openapi.spec import OpenAPIType, Schema
 from litestar.params import FromQuery
 
-from handlers.uploads import refuse_declared_over
+from handlers.openapi import errors, query, raw_body_operation
+from handlers.uploads import FILENAME_SCHEMA, refuse_declared_over
 from pheby.attachments import PhebyDescriptor, pheby_descriptor
 from pheby.errors import BadRequest, ConversationNotFound
 from pheby.services import Services
@@ -17,7 +19,26 @@ class UploadResponse(msgspec.Struct, frozen=True):
     attachment: PhebyDescriptor
 
 
-@post("/attachments", status_code=201, request_max_body_size=None, tags=["pheby"])
+# Any type is taken and stored as sent; the document names the generic one (a `*/*` body is no raw bytes
+# to a client generator). Both query values are required (checked after the credentials).
+UPLOAD = raw_body_operation(
+    ["application/octet-stream"],
+    [
+        query("conversation_id", Schema(type=OpenAPIType.STRING, min_length=1)),
+        query("filename", FILENAME_SCHEMA),
+    ],
+    "The file's bytes (not empty), of any Content-Type",
+)
+
+
+@post(
+    "/attachments",
+    status_code=201,
+    request_max_body_size=None,
+    tags=["pheby"],
+    operation_class=UPLOAD,
+    responses=errors(400, 401, 408, 413, 503),
+)
 async def upload_attachment(
     request: Request[Any, Any, Any],
     services: NamedDependency[Services],

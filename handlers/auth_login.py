@@ -6,8 +6,8 @@ import msgspec
 from litestar import Request, Response, post
 from litestar.datastructures import Cookie
 from litestar.di import NamedDependency
-from litestar.params import JSONBody
 
+from handlers.openapi import errors, json_body
 from pheby.auth import SESSION_COOKIE
 from pheby.errors import Unauthorized
 from pheby.services import Services
@@ -23,9 +23,11 @@ class LoginResponse(msgspec.Struct, frozen=True):
     expires_at: float
 
 
-@post("/api/auth/login", tags=["auth"], status_code=200)
+@post("/api/auth/login", tags=["auth"], status_code=200, responses=errors(400, 401, 408, 413, 429, 503))
 async def login(
-    request: Request[Any, Any, Any], data: JSONBody[LoginRequest], services: NamedDependency[Services]
+    request: Request[Any, Any, Any],
+    data: Annotated[LoginRequest, json_body(LoginRequest)],
+    services: NamedDependency[Services],
 ) -> Response[LoginResponse]:
     """Limited per address and per username (429 with Retry-After); the hash waits for its limiter (else 429)."""
     guard = services.login_guard

@@ -11,7 +11,7 @@ from pheby.auth import SESSION_COOKIE, Principal
 from pheby.services import Services
 
 
-@post("/api/auth/logout", tags=["auth"], status_code=200)
+@post("/auth/logout", tags=["auth"], status_code=200)
 async def logout(
     current_user: NamedDependency[Principal], services: NamedDependency[Services]
 ) -> Response[dict[str, bool]]:

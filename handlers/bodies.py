@@ -1,30 +1,20 @@
-"""JSON request bodies: authenticated before they are parsed, and validated strictly.
+"""JSON request bodies validated strictly.
 
-Litestar parses a `JSONBody` before the handler's dependencies run, so without the guard a
-malformed body from an unauthenticated client got 400 instead of 401. Litestar also converts
-bodies leniently (`"1"` becomes `1`); routes whose fields must keep their JSON types take the
-decoded body as a dict and validate it with `read_body`.
+Litestar converts bodies leniently (`"1"` becomes `1`); routes whose fields must keep their JSON
+types take the decoded body as a dict and validate it with `read_body`. (The caller is checked
+before any body is parsed: see the `/api` router's guard in `handlers.dependencies`.)
 """
 
 from typing import Any, TypeVar
 
 import msgspec
 from litestar import Request
-from litestar.connection import ASGIConnection
 from litestar.exceptions import SerializationException
-from litestar.handlers import BaseRouteHandler
 
 from pheby.errors import PhebyError, Unprocessable
 from pheby.json_input import NESTED_TOO_DEEPLY, convert
-from pheby.services import Services
 
 T = TypeVar("T")
-
-
-async def authenticated(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
-    """Guard: resolve the caller before the body is read; `current_user` then reuses it."""
-    services: Services = connection.app.state.services
-    connection.state.principal = await services.authenticator.for_api(connection)
 
 
 class PhebyRequest(Request[Any, Any, Any]):

@@ -13,7 +13,7 @@ class CapabilitiesBody(msgspec.Struct, frozen=True):
     capabilities: Capabilities
 
 
-@get("/api/capabilities", tags=["features"])
+@get("/capabilities", tags=["features"])
 async def capabilities(
     current_user: NamedDependency[Principal], services: NamedDependency[Services]
 ) -> CapabilitiesBody:

@@ -2,9 +2,6 @@
 
 import msgspec
 from litestar import get
-from litestar.di import NamedDependency
-
-from pheby.auth import Principal
 
 REASON = (
     "Connectors are not available: Hermes 0.19.0 has no API to list, connect or manage integrations, "
@@ -18,7 +15,6 @@ class ConnectorsStatus(msgspec.Struct, frozen=True):
     reason: str
 
 
-# `current_user` is asked for so that only a signed-in caller gets an answer.
-@get("/api/connectors", tags=["features"], sync_to_thread=False)
-def connectors(current_user: NamedDependency[Principal]) -> ConnectorsStatus:
+@get("/connectors", tags=["features"], sync_to_thread=False)
+def connectors() -> ConnectorsStatus:
     return ConnectorsStatus(connectors=[], available=False, reason=REASON)

@@ -8,11 +8,13 @@ traceback. App `exception_handlers` apply to HTTP only; the WebSocket loop maps 
 import logging
 from typing import Any
 
+import msgspec
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
 from pheby.errors import NotFound, PhebyError, RateLimited, StorageUnavailable, TooLarge
+from pheby.events import ErrorBody
 from storage import BlobNotFound, BlobTooLarge, StorageError
 
 log = logging.getLogger("pheby.http")
@@ -32,13 +34,19 @@ _HTTP_CODES = {
 }
 
 
+class ErrorResponse(msgspec.Struct, frozen=True):
+    """Every HTTP error body: `{"error": {"code", "message"}}` (the WebSocket `error` frame's `error` too)."""
+
+    error: ErrorBody
+
+
 def error_response(
     status: int, code: str, message: str, headers: dict[str, str] | None = None
-) -> Response[dict[str, dict[str, str]]]:
-    return Response({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
+) -> Response[ErrorResponse]:
+    return Response(ErrorResponse(ErrorBody(code=code, message=message)), status_code=status, headers=headers)
 
 
-def pheby_error_handler(_: Request[Any, Any, Any], exc: PhebyError) -> Response[dict[str, dict[str, str]]]:
+def pheby_error_handler(_: Request[Any, Any, Any], exc: PhebyError) -> Response[ErrorResponse]:
     retry_after = exc.retry_after if isinstance(exc, RateLimited) else None
     headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
     return error_response(exc.status_code, exc.code, exc.message, headers)
@@ -55,11 +63,11 @@ def storage_failure(exc: StorageError, during: str) -> PhebyError:
     return StorageUnavailable()
 
 
-def storage_error_handler(request: Request[Any, Any, Any], exc: StorageError) -> Response[dict[str, dict[str, str]]]:
+def storage_error_handler(request: Request[Any, Any, Any], exc: StorageError) -> Response[ErrorResponse]:
     return pheby_error_handler(request, storage_failure(exc, f"{request.method} {request.url.path}"))
 
 
-def http_error_handler(request: Request[Any, Any, Any], exc: HTTPException) -> Response[dict[str, dict[str, str]]]:
+def http_error_handler(request: Request[Any, Any, Any], exc: HTTPException) -> Response[ErrorResponse]:
     status = exc.status_code
     if status >= 500:
         return error_response(status, "internal_error", "Internal error")
@@ -71,11 +79,11 @@ def http_error_handler(request: Request[Any, Any, Any], exc: HTTPException) -> R
         # The Pheby spec allows an attachment URL no other answer than this, whatever the path holds.
         attachment = request.url.path.startswith("/attachments/")
         return error_response(404, "not_found", "Attachment unavailable" if attachment else "Not found")
-    message = exc.detail
-    return error_response(status, _HTTP_CODES.get(status, "error"), message)
+    # A 405 keeps Litestar's `Allow` header (RFC 9110: the methods the path does answer).
+    return error_response(status, _HTTP_CODES.get(status, "error"), exc.detail, exc.headers)
 
 
-def internal_error_handler(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, dict[str, str]]]:
+def internal_error_handler(request: Request[Any, Any, Any], exc: Exception) -> Response[ErrorResponse]:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     return error_response(HTTP_500_INTERNAL_SERVER_ERROR, "internal_error", "Internal error")
 

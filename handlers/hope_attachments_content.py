@@ -5,11 +5,18 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath
 
 from handlers.downloads import BlobResponse, attachment_download
+from handlers.openapi import download_operation, errors
 from pheby.auth import Principal
+from pheby.file_types import HOPE_MIME_TYPES
 from pheby.services import Services
 
 
-@get("/api/attachments/{attachment_id:str}/content", tags=["hope"])
+@get(
+    "/attachments/{attachment_id:str}/content",
+    tags=["hope"],
+    operation_class=download_operation(200, HOPE_MIME_TYPES),
+    responses=errors(400, 404),
+)
 async def get_hope_attachment_content(
     current_user: NamedDependency[Principal], services: NamedDependency[Services], attachment_id: FromPath[str]
 ) -> BlobResponse:

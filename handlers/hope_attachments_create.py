@@ -6,9 +6,11 @@ import msgspec
 from litestar import Request, post
 from litestar.di import NamedDependency
 
-from handlers.uploads import declared_length, utf8_header
+from handlers.openapi import errors, header, raw_body_operation
+from handlers.uploads import FILENAME_SCHEMA, declared_length, utf8_header
 from pheby.attachments import HopeAttachment, hope_object
 from pheby.auth import Principal
+from pheby.file_types import HOPE_MIME_TYPES
 from pheby.services import Services
 
 
@@ -16,7 +18,17 @@ class HopeAttachmentResponse(msgspec.Struct, frozen=True):
     attachment: HopeAttachment
 
 
-@post("/api/attachments", status_code=201, request_max_body_size=None, tags=["hope"])
+UPLOAD = raw_body_operation(HOPE_MIME_TYPES, [header("X-Filename", FILENAME_SCHEMA)])
+
+
+@post(
+    "/attachments",
+    status_code=201,
+    request_max_body_size=None,
+    tags=["hope"],
+    operation_class=UPLOAD,
+    responses=errors(400, 408, 413, 415, 422),
+)
 async def create_hope_attachment(
     request: Request[Any, Any, Any], current_user: NamedDependency[Principal], services: NamedDependency[Services]
 ) -> HopeAttachmentResponse:

@@ -4,11 +4,12 @@ from litestar import delete
 from litestar.di import NamedDependency
 from litestar.params import FromPath
 
+from handlers.openapi import errors
 from pheby.auth import Principal
 from pheby.services import Services
 
 
-@delete("/api/attachments/{attachment_id:str}", status_code=200, tags=["hope"])
+@delete("/attachments/{attachment_id:str}", status_code=200, tags=["hope"], responses=errors(400, 404))
 async def delete_hope_attachment(
     current_user: NamedDependency[Principal], services: NamedDependency[Services], attachment_id: FromPath[str]
 ) -> dict[str, bool]:

@@ -5,12 +5,13 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath
 
 from handlers.hope_attachments_create import HopeAttachmentResponse
+from handlers.openapi import errors
 from pheby.attachments import hope_object
 from pheby.auth import Principal
 from pheby.services import Services
 
 
-@get("/api/attachments/{attachment_id:str}", tags=["hope"])
+@get("/attachments/{attachment_id:str}", tags=["hope"], responses=errors(400, 404))
 async def get_hope_attachment(
     current_user: NamedDependency[Principal], services: NamedDependency[Services], attachment_id: FromPath[str]
 ) -> HopeAttachmentResponse:

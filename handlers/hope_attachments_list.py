@@ -14,7 +14,7 @@ class HopeAttachmentList(msgspec.Struct, frozen=True):
     next_cursor: None = None
 
 
-@get("/api/attachments", tags=["hope"])
+@get("/attachments", tags=["hope"])
 async def list_hope_attachments(
     current_user: NamedDependency[Principal], services: NamedDependency[Services]
 ) -> HopeAttachmentList:

@@ -3,11 +3,12 @@
 from litestar import get
 from litestar.di import NamedDependency
 
+from handlers.openapi import errors
 from pheby.auth import Principal
 from pheby.memory import MemorySections
 from pheby.services import Services
 
 
-@get("/api/memory", tags=["memory"])
+@get("/memory", tags=["memory"], responses=errors(501))
 async def get_memory(current_user: NamedDependency[Principal], services: NamedDependency[Services]) -> MemorySections:
     return MemorySections(sections=await services.memory.sections(current_user.account))

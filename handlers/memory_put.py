@@ -1,19 +1,21 @@
 """PUT /api/memory/{section} — replace one memory section, given the revision it replaces."""
 
+from typing import Annotated
+
 from litestar import put
 from litestar.di import NamedDependency
-from litestar.params import FromPath, JSONBody
+from litestar.params import PathParameter
 
-from handlers.bodies import authenticated
+from handlers.openapi import errors, json_body
 from pheby.auth import Principal
-from pheby.memory import MemorySection, MemoryUpdate
+from pheby.memory import SECTION_FILES, MemorySection, MemoryUpdate
 from pheby.services import Services
 
 
-@put("/api/memory/{section:str}", tags=["memory"], guards=[authenticated])
+@put("/memory/{section:str}", tags=["memory"], responses=errors(400, 404, 408, 409, 413, 422, 501))
 async def put_memory(
-    section: FromPath[str],
-    data: JSONBody[MemoryUpdate],
+    section: Annotated[str, PathParameter(schema_extra={"enum": list(SECTION_FILES)})],
+    data: Annotated[MemoryUpdate, json_body(MemoryUpdate)],
     current_user: NamedDependency[Principal],
     services: NamedDependency[Services],
 ) -> MemorySection:

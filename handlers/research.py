@@ -2,9 +2,6 @@
 
 import msgspec
 from litestar import get
-from litestar.di import NamedDependency
-
-from pheby.auth import Principal
 
 REASON = (
     "Research mode is not available: Hermes 0.19.0 has no dedicated research API. "
@@ -17,7 +14,6 @@ class ResearchStatus(msgspec.Struct, frozen=True):
     reason: str
 
 
-# `current_user` is asked for so that only a signed-in caller gets an answer.
-@get("/api/research", tags=["features"], sync_to_thread=False)
-def research(current_user: NamedDependency[Principal]) -> ResearchStatus:
+@get("/research", tags=["features"], sync_to_thread=False)
+def research() -> ResearchStatus:
     return ResearchStatus(available=False, reason=REASON)

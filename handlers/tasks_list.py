@@ -3,11 +3,12 @@
 from litestar import get
 from litestar.di import NamedDependency
 
+from handlers.openapi import errors
 from pheby.auth import Principal
 from pheby.services import Services
 from pheby.tasks import TaskList
 
 
-@get("/api/tasks", tags=["tasks"])
+@get("/tasks", tags=["tasks"], responses=errors(501, 502))
 async def list_tasks(current_user: NamedDependency[Principal], services: NamedDependency[Services]) -> TaskList:
     return TaskList(tasks=await services.tasks.listing(current_user.account))

@@ -4,12 +4,13 @@ from litestar import post
 from litestar.di import NamedDependency
 from litestar.params import FromPath
 
+from handlers.openapi import errors
 from pheby.auth import Principal
 from pheby.services import Services
 from pheby.tasks import TaskEnvelope
 
 
-@post("/api/tasks/{task_id:str}/resume", tags=["tasks"], status_code=200)
+@post("/tasks/{task_id:str}/resume", tags=["tasks"], status_code=200, responses=errors(400, 404, 501, 502))
 async def resume_task(
     task_id: FromPath[str], current_user: NamedDependency[Principal], services: NamedDependency[Services]
 ) -> TaskEnvelope:

@@ -1,21 +1,24 @@
 """PATCH /api/tasks/{task_id} — change a task's name, schedule, prompt, repeat count or enabled state."""
 
-from typing import Any
+from typing import Annotated, Any
 
 from litestar import patch
 from litestar.di import NamedDependency
-from litestar.params import FromPath, JSONBody
+from litestar.params import FromPath
 
-from handlers.bodies import authenticated, read_body
+from handlers.bodies import read_body
+from handlers.openapi import errors, json_body
 from pheby.auth import Principal
 from pheby.services import Services
 from pheby.tasks import TaskEnvelope, UpdateTask
 
+EXAMPLE = {"schedule": "every 2h", "enabled": False}
 
-@patch("/api/tasks/{task_id:str}", tags=["tasks"], guards=[authenticated])
+
+@patch("/tasks/{task_id:str}", tags=["tasks"], responses=errors(400, 404, 408, 413, 422, 501, 502))
 async def update_task(
     task_id: FromPath[str],
-    data: JSONBody[dict[str, Any]],
+    data: Annotated[dict[str, Any], json_body(UpdateTask, min_properties=1, examples=[EXAMPLE])],
     current_user: NamedDependency[Principal],
     services: NamedDependency[Services],
 ) -> TaskEnvelope:

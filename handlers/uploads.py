@@ -1,9 +1,10 @@
-"""What the raw-body upload routes share: the declared `Content-Length`, checked before reading, and
-header text sent as UTF-8."""
+"""What the raw-body upload routes share: the declared `Content-Length`, checked before reading,
+header text sent as UTF-8, and the filename rule as the OpenAPI document states it."""
 
 from typing import Any
 
 from litestar import Request
+from litestar.openapi.spec import OpenAPIType, Schema
 
 from pheby.errors import TooLarge, Unprocessable
 
@@ -30,3 +31,15 @@ def utf8_header(request: Request[Any, Any, Any], name: str) -> str | None:
         return value.encode("latin-1").decode("utf-8")
     except UnicodeError:
         raise Unprocessable(f"{name} must be UTF-8 text") from None
+
+
+# What `filename_problem` allows: not blank, not `.` or `..`, no path separator, no control or format
+# character (as far as header text, Latin-1, can hold them), at most 255 UTF-8 bytes.
+_NAME_CHAR = r"[^/\\\x00-\x1f\x7f-\x9f\xad]"
+_NAME_MARK = r"[^/\\\s.\x00-\x1f\x7f-\x9f\xad]"  # a character that makes the name more than blanks and dots
+FILENAME_SCHEMA = Schema(
+    type=OpenAPIType.STRING,
+    max_length=255,
+    pattern=rf"^(?:{_NAME_CHAR}*{_NAME_MARK}{_NAME_CHAR}*|\.{{3,}}|[ .]*(?: [ .]*\.|\.[ .]* )[ .]*)$",
+    description="The file's name as UTF-8, at most 255 bytes",
+)

@@ -8,6 +8,7 @@ answers None (up) or a short reason (down) for the log; none raises.
 import asyncio
 import logging
 from collections.abc import Awaitable
+from typing import Final, Literal
 
 import hermes_client as hc
 from pheby.db import Database
@@ -72,13 +73,17 @@ async def database_problem(db: Database, seconds: float = PROBE_SECONDS) -> str 
         return type(exc).__name__
 
 
-async def down(blobs: BlobStore, db: Database, hermes_url: str, hermes_api_key: str) -> list[str]:
+Component = Literal["storage", "hermes", "database"]
+COMPONENTS: Final[tuple[Component, ...]] = ("storage", "hermes", "database")
+
+
+async def down(blobs: BlobStore, db: Database, hermes_url: str, hermes_api_key: str) -> list[Component]:
     """The names of what is not reachable now (`storage`, `hermes`, `database`), probed concurrently."""
     problems = await asyncio.gather(
         storage_problem(blobs), hermes_problem(hermes_url, hermes_api_key), database_problem(db)
     )
-    names: list[str] = []
-    for name, problem in zip(("storage", "hermes", "database"), problems, strict=True):
+    names: list[Component] = []
+    for name, problem in zip(COMPONENTS, problems, strict=True):
         if problem:
             log.warning("not ready: %s is down (%s)", name, problem)
             names.append(name)

@@ -54,3 +54,39 @@ async def test_unexpected_errors_reveal_nothing(make_settings: Callable[..., Set
         assert response.status_code == 500
         assert response.json() == {"error": {"code": "internal_error", "message": "Internal error"}}
         assert "secret" not in response.text
+
+
+async def test_a_wrong_method_is_405_with_allow(make_settings: Callable[..., Settings]) -> None:
+    async with AsyncTestClient(create_app(make_settings())) as client:
+        response = await client.request("TRACE", "/healthz")
+        assert response.status_code == 405
+        assert response.json()["error"]["code"] == "method_not_allowed"
+        assert set(response.headers["allow"].split(", ")) == {"GET", "HEAD", "OPTIONS"}
+
+
+async def test_options_lists_every_method_of_a_path(make_settings: Callable[..., Settings]) -> None:
+    """Litestar's own OPTIONS answer listed only the first handler registered on a path."""
+    owner = {"Authorization": f"Bearer {TEST_SECRET}"}
+    async with AsyncTestClient(create_app(make_settings())) as client:
+        response = await client.options("/api/artifacts/0123456789abcdef", headers=owner)
+        assert response.status_code == 204
+        assert set(response.headers["allow"].split(", ")) == {"GET", "PATCH", "DELETE", "OPTIONS"}
+
+
+async def test_every_documented_error_has_the_real_shape(make_settings: Callable[..., Settings]) -> None:
+    async with AsyncTestClient(create_app(make_settings())) as client:
+        document = (await client.get("/schema/openapi.json")).json()
+    assert set(document["components"]["schemas"]["ErrorResponse"]["properties"]) == {"error"}
+    wrong = {}
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            for status, response in operation["responses"].items():
+                if int(status) >= 400:
+                    schema = response["content"]["application/json"]["schema"]
+                    # The readiness probe's 503 is its report (what is down), not an error of the request.
+                    expected = "Readiness" if path == "/readyz" and status == "503" else "ErrorResponse"
+                    if schema != {"$ref": f"#/components/schemas/{expected}"}:
+                        wrong[(method, path, status)] = schema
+            if path.startswith("/api/") and path != "/api/auth/login":
+                assert "401" in operation["responses"], (method, path)
+    assert wrong == {}

@@ -1,15 +1,18 @@
 """Accounts and auth on /api/*: bearer, cookie, Origin rule, lockout, revocation, expiry."""
 
 import asyncio
+import re
 import sqlite3
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import httpx
 import pytest
-from litestar import Litestar
+from litestar import Litestar, post
+from litestar.params import JSONBody
 from litestar.testing import AsyncTestClient
 
+from handlers import app as app_module
 from handlers.app import create_app
 from pheby.accounts import Accounts
 from pheby.db import Database
@@ -207,3 +210,58 @@ async def test_database_holds_no_token_in_clear(client: AsyncTestClient[Litestar
         assert token not in dump
         assert token.encode() not in raw
     assert "pw-123456" not in dump
+
+
+# Outside the `/api` router on purpose: the way to get a credential.
+PUBLIC_API_PATHS = {"/api/auth/login"}
+
+
+def api_operations(app: Litestar) -> list[tuple[str, str]]:
+    """Every (method, path) of the route table under `/api`, path parameters filled with a dummy value."""
+    operations: list[tuple[str, str]] = []
+    for route in app.routes:
+        if not route.path.startswith("/api/") or route.path in PUBLIC_API_PATHS:
+            continue
+        path = re.sub(r"\{[^}]+\}", "0123456789ab", route.path)
+        operations += [(method, path) for method in sorted(route.methods)]
+    return operations
+
+
+async def test_every_api_route_refuses_a_caller_without_credentials(settings: Settings) -> None:
+    """Generated from the route table: no, wrong or cookie-forged credentials, with or without a broken body."""
+    app = create_app(settings)
+    operations = api_operations(app)
+    assert len(operations) >= 27  # the whole table, not an empty one
+    broken = {"content": b"{", "headers": {"Content-Type": "application/json"}}
+    wrong = {"Authorization": "Bearer not-a-token"}
+    answered: dict[tuple[str, str, str], int] = {}
+    async with AsyncTestClient(app, base_url=BASE) as client:
+        for method, path in operations:
+            answered[(method, path, "none")] = (await client.request(method, path)).status_code
+            answered[(method, path, "wrong")] = (await client.request(method, path, headers=wrong)).status_code
+            answered[(method, path, "broken body")] = (await client.request(method, path, **broken)).status_code  # type: ignore[arg-type]
+            response = await client.request(
+                method, path, headers={**wrong, "Content-Type": "application/json"}, content=b"{"
+            )
+            answered[(method, path, "wrong, broken body")] = response.status_code
+    assert {key: status for key, status in answered.items() if status != 401} == {}
+
+
+async def test_a_route_added_without_auth_code_is_protected(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One line in API_ROUTES, no guard, no `current_user`: the router alone makes it answer 401."""
+
+    @post("/new-thing", sync_to_thread=False)
+    def new_thing(data: JSONBody[dict[str, int]]) -> dict[str, int]:
+        return data
+
+    monkeypatch.setattr(app_module, "API_ROUTES", [*app_module.API_ROUTES, new_thing])
+    app = create_app(settings)
+    assert ("POST", "/api/new-thing") in api_operations(app)
+    async with AsyncTestClient(app, base_url=BASE) as client:
+        assert (await client.post("/api/new-thing", json={"a": 1})).status_code == 401
+        broken = await client.post("/api/new-thing", content=b"{", headers={"Content-Type": "application/json"})
+        assert broken.status_code == 401  # refused before the body is parsed
+        owner = {"Authorization": f"Bearer {TEST_SECRET}"}
+        assert (await client.post("/api/new-thing", json={"a": 1}, headers=owner)).json() == {"a": 1}
