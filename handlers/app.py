@@ -44,6 +44,8 @@ from handlers import (
     tasks_resume,
     tasks_run,
     tasks_update,
+    web_asset,
+    web_index,
 )
 from handlers.body_timeout import BodyIdleTimeout
 from handlers.dependencies import DEPENDENCIES
@@ -88,6 +90,8 @@ ROUTES: list[ControllerRouterHandler] = [
     memory_put.put_memory,
     internal_plugin_events.plugin_event,
     internal_plugin_media.plugin_media,
+    web_index.web_index,
+    web_asset.web_asset,
 ]
 
 

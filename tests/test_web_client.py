@@ -1,0 +1,316 @@
+"""Pheby Web (the browser client at `/`) in a real headless Chromium against a live server on the
+demo Hermes: sign-in, streaming, tools, decisions, files, stop, reconnect, sync, safety, layout."""
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, expect
+
+from tests.browser import WebPage, drop_all_sockets, on_server_loop, open_page
+from tests.live_server import LiveServer
+
+pytestmark = [pytest.mark.live, pytest.mark.xdist_group("browser")]
+
+
+@pytest.fixture
+def web(browser: Browser, live_server: LiveServer) -> Iterator[WebPage]:
+    page = open_page(browser, live_server)
+    yield page
+    page.page.context.close()
+
+
+@pytest.fixture
+def second(browser: Browser, live_server: LiveServer) -> Iterator[WebPage]:
+    page = open_page(browser, live_server)
+    yield page
+    page.page.context.close()
+
+
+def test_the_shell_is_served_with_a_strict_csp_and_hashed_assets(live_server: LiveServer) -> None:
+    page = httpx.get(live_server.base_url + "/")
+    assert page.status_code == 200
+    csp = page.headers["content-security-policy"]
+    assert "default-src 'none'" in csp
+    assert "script-src 'self'" in csp
+    assert "connect-src 'self'" in csp
+    assert "unsafe-inline" not in csp
+    assert "unsafe-eval" not in csp
+    assert page.headers["x-content-type-options"] == "nosniff"
+    assert page.headers["referrer-policy"] == "no-referrer"
+    assert page.headers["cache-control"] == "no-cache"
+    script = page.text.split('<script type="module" src="', 1)[1].split('"', 1)[0]
+    asset = httpx.get(live_server.base_url + script)
+    assert asset.status_code == 200
+    assert asset.headers["content-type"].startswith("text/javascript")
+    assert "immutable" in asset.headers["cache-control"]
+    base = script.rsplit("/", 1)[0]
+    for escape in ("/../pyproject.toml", "/%2e%2e/pyproject.toml", "/vendor/VERSIONS", "/index.html"):
+        assert httpx.get(live_server.base_url + base + escape).status_code == 404
+    assert httpx.get(live_server.base_url + "/web/0000000000000000/app.js").status_code == 404
+
+
+def test_sign_in_with_the_secret_and_a_message_streams_to_the_demo_reply(web: WebPage) -> None:
+    web.sign_in().new_chat()
+    web.send("hello there")
+    expect(web.page.locator(".bubble.user").last).to_have_text("hello there")
+    expect(web.assistant()).to_have_text("You said: hello there", timeout=15000)
+    web.wait_idle()
+    expect(web.page.locator(".conversation .when").first).to_have_text("just now")
+    web.screenshot("conversation")
+    web.assert_no_console_errors()
+
+
+def test_a_wrong_secret_is_a_plain_sentence(web: WebPage) -> None:
+    web.open()
+    web.page.get_by_label("Owner secret or token").fill("not-the-secret-at-all")
+    web.page.get_by_role("button", name="Sign in").click()
+    expect(web.page.get_by_role("alert")).to_have_text("That secret or token was not accepted.")
+    web.screenshot("sign-in-refused")
+    web.assert_no_console_errors()
+
+
+def test_sign_in_with_a_password_and_sign_out_revokes_it(web: WebPage, live_server: LiveServer) -> None:
+    on_server_loop(live_server, live_server.services.accounts.create("alice", "correct horse battery"))
+    web.open()
+    web.page.get_by_role("tab", name="Password").click()
+    web.page.get_by_label("Username").fill("alice")
+    web.page.get_by_label("Password", exact=True).fill("correct horse battery")
+    web.page.get_by_role("button", name="Sign in").click()
+    web.new_chat()
+    web.send("from alice")
+    expect(web.assistant()).to_have_text("You said: from alice", timeout=15000)
+    token = web.page.evaluate("JSON.parse(sessionStorage.getItem('pheby.session')).secret")
+    assert web.page.evaluate("localStorage.getItem('pheby.session')") is None  # not kept: this tab only
+    me = httpx.get(live_server.base_url + "/api/me", headers={"Authorization": f"Bearer {token}"})
+    assert me.status_code == 200
+    web.page.get_by_role("button", name="Sign out").click()
+    expect(web.page.get_by_role("button", name="Sign in")).to_be_visible()
+    assert web.page.evaluate("sessionStorage.getItem('pheby.session')") is None
+
+    def revoked() -> bool:
+        me = httpx.get(live_server.base_url + "/api/me", headers={"Authorization": f"Bearer {token}"})
+        return me.status_code == 401
+
+    for _ in range(50):
+        if revoked():
+            break
+        web.page.wait_for_timeout(100)
+    assert revoked()
+    web.assert_no_console_errors()
+
+
+def test_a_tool_card_goes_from_running_to_completed(web: WebPage) -> None:
+    web.sign_in().new_chat()
+    web.send("/demo tool")
+    card = web.page.locator(".card.tool").first
+    expect(card).to_be_visible(timeout=15000)
+    expect(card.locator(".tool-name")).to_have_text("web_search")
+    expect(card).to_have_attribute("data-status", "completed", timeout=15000)
+    web.wait_idle()
+    card.get_by_role("button", name="Details").click()
+    details = card.locator("pre.args").first
+    expect(details).to_contain_text("cats")
+    assert "sk-demo-0000" not in card.inner_text()  # the secret-looking argument was redacted
+    web.screenshot("tool-card")
+    web.assert_no_console_errors()
+
+
+def test_an_approval_is_approved_once_and_another_denied_with_a_reason(web: WebPage) -> None:
+    web.sign_in().new_chat()
+    web.send("/demo approve")
+    card = web.page.locator(".card.approval").last
+    expect(card).to_contain_text("rm -rf /tmp/build-output", timeout=15000)
+    web.screenshot("approval")
+    card.get_by_role("button", name="Approve once").click()
+    expect(web.assistant()).to_contain_text("Approved (once)", timeout=15000)
+    expect(card).to_contain_text("Approved")
+    web.wait_idle()
+
+    web.send("/demo approve")
+    card = web.page.locator(".card.approval:not(.resolved)")
+    expect(card).to_be_visible(timeout=15000)
+    card.get_by_role("button", name="Deny…").click()
+    card.get_by_label("Reason for denying").fill("not on a Friday")
+    card.get_by_role("button", name="Deny", exact=True).click()
+    expect(web.assistant()).to_contain_text("Denied", timeout=15000)
+    expect(web.page.locator(".card.approval.resolved").last).to_contain_text("Denied")
+    web.assert_no_console_errors()
+
+
+def test_a_clarification_is_answered_with_a_choice_and_with_free_text(web: WebPage) -> None:
+    web.sign_in().new_chat()
+    web.send("/demo clarify")
+    card = web.page.locator(".card.clarify:not(.resolved)")
+    expect(card).to_contain_text("Deploy to staging or production?", timeout=15000)
+    web.screenshot("clarify")
+    card.get_by_role("button", name="production").click()
+    expect(web.assistant()).to_have_text("You chose: production", timeout=15000)
+    web.wait_idle()
+
+    web.send("/demo clarify")
+    card = web.page.locator(".card.clarify:not(.resolved)")
+    expect(card).to_be_visible(timeout=15000)
+    card.get_by_label("Other answer").fill("the canary cluster")
+    card.get_by_role("button", name="Answer").click()
+    expect(web.assistant()).to_have_text("You chose: the canary cluster", timeout=15000)
+    web.assert_no_console_errors()
+
+
+def test_an_agent_image_shows_inline_and_its_bytes_equal_the_download(web: WebPage, live_server: LiveServer) -> None:
+    web.sign_in().new_chat()
+    web.send("/demo image")
+    image = web.page.locator(".inline-image img")
+    expect(image).to_be_visible(timeout=15000)
+    web.wait_idle()
+    attachment_id = image.get_attribute("data-attachment-id")
+    assert image.evaluate("img => img.naturalWidth") > 0
+    assert image.evaluate("img => img.src").startswith("blob:")
+    download = httpx.get(
+        f"{live_server.base_url}/attachments/{attachment_id}",
+        headers={"Authorization": f"Bearer {live_server.secret}"},
+    )
+    assert download.status_code == 200
+    # The chip saves the very blob behind the inline image.
+    with web.page.expect_download() as saved:
+        web.page.locator(".inline-image .chip button").click()
+    assert Path(saved.value.path()).read_bytes() == download.content
+    expect(web.page.locator(".inline-image .chip")).to_contain_text("until")  # expires_at shown
+    web.screenshot("image")
+    web.assert_no_console_errors()
+
+
+def test_an_uploaded_file_reaches_the_run(web: WebPage, tmp_path: Path) -> None:
+    notes = tmp_path / "notes.md"
+    notes.write_text("# Shopping\nthree lemons, one loaf\n", encoding="utf-8")
+    web.sign_in().new_chat()
+    web.page.get_by_label("Choose files").set_input_files(str(notes))
+    expect(web.page.locator(".uploads li.done")).to_have_count(1, timeout=15000)
+    web.send("/demo echo")
+    expect(web.assistant()).to_contain_text("three lemons, one loaf", timeout=15000)
+    expect(web.page.locator(".turn.user .chip")).to_contain_text("notes.md")
+    web.screenshot("upload")
+    web.assert_no_console_errors()
+
+
+def test_stop_during_a_slow_run(web: WebPage) -> None:
+    web.sign_in().new_chat()
+    web.send("/demo slow")
+    expect(web.assistant()).to_contain_text("tick 3", timeout=15000)
+    web.page.get_by_label("Message").press("Escape")
+    expect(web.page.locator(".run-status.cancelled")).to_have_text("Stopped.", timeout=15000)
+    text = web.assistant().inner_text()
+    assert "tick 99" not in text
+    web.page.wait_for_timeout(500)
+    assert web.assistant().inner_text() == text  # nothing more arrives
+    web.assert_no_console_errors()
+
+
+def test_a_dropped_socket_reconnects_and_shows_the_finished_answer(web: WebPage, live_server: LiveServer) -> None:
+    web.sign_in().new_chat()
+    web.page.get_by_label("Message").fill("kept while offline")
+    web.send("/demo slow")
+    expect(web.assistant()).to_contain_text("tick 2", timeout=15000)
+    web.page.get_by_label("Message").fill("typed before the drop")
+    assert on_server_loop(live_server, drop_all_sockets(live_server)) >= 1
+    expect(web.page.locator(".connection")).to_have_text("Reconnecting…", timeout=5000)
+    web.screenshot("reconnecting")
+    expect(web.assistant()).to_contain_text("tick 99", timeout=30000)
+    web.wait_idle()
+    expect(web.page.locator(".connection")).to_have_count(0)
+    expect(web.page.get_by_label("Message")).to_have_value("typed before the drop")
+    assert web.page.locator(".bubble.user").count() == 1  # nothing was sent twice
+    web.assert_no_console_errors()
+
+
+def test_two_pages_of_one_account_stay_in_sync(web: WebPage, second: WebPage) -> None:
+    web.sign_in().new_chat()
+    second.sign_in()
+    web.page.get_by_role("button", name="Rename New chat").click()
+    web.page.get_by_label("Conversation name").fill("Shared plans")
+    web.page.get_by_label("Conversation name").press("Enter")
+    expect(second.page.locator(".conversation .name")).to_have_text(["Shared plans"])
+    second.page.locator(".conversation .open").first.click()
+    web.send("/demo approve")
+    # The other tab sees the run, the user's text and the approval, and can answer it.
+    card = second.page.locator(".card.approval:not(.resolved)")
+    expect(card).to_be_visible(timeout=15000)
+    expect(second.page.locator(".bubble.user")).to_have_text(["/demo approve"])
+    card.get_by_role("button", name="Approve once").click()
+    expect(web.page.locator(".card.approval.resolved")).to_be_visible(timeout=15000)
+    expect(web.assistant()).to_contain_text("Approved (once)", timeout=15000)
+    expect(second.assistant()).to_contain_text("Approved (once)", timeout=15000)
+    web.page.get_by_role("button", name="Delete Shared plans").click()
+    expect(web.page.locator(".conversation")).to_have_count(0)
+    # The server answers a delete to the deleting socket only; the other tab finds out when it
+    # looks again (here: coming back to the tab).
+    second.page.evaluate("window.dispatchEvent(new Event('focus'))")
+    expect(second.page.locator(".conversation")).to_have_count(0)
+    web.assert_no_console_errors()
+    second.assert_no_console_errors()
+
+
+def test_html_and_script_links_in_messages_are_inert(web: WebPage) -> None:
+    web.sign_in().new_chat()
+    web.send("look <img src=x onerror=alert(1)> and [click me](javascript:alert(2)) <script>alert(3)</script>")
+    reply = web.assistant()
+    expect(reply).to_contain_text("You said: look", timeout=15000)
+    web.wait_idle()
+    web.page.wait_for_timeout(300)
+    assert web.dialogs == []
+    assert web.page.locator("[onerror]").count() == 0
+    assert web.page.locator(".transcript img").count() == 0
+    assert web.page.locator(".transcript script").count() == 0
+    assert web.page.locator("a[href^='javascript']").count() == 0
+    link = reply.get_by_text("click me")
+    assert link.get_attribute("href") is None
+    expect(reply).to_contain_text("<img src=x onerror=alert(1)>")  # shown as text
+    expect(web.page.locator(".bubble.user")).to_contain_text("<img src=x onerror=alert(1)>")
+    web.assert_no_console_errors()
+
+
+def test_an_artifact_edit_conflict_shows_the_choice(web: WebPage, second: WebPage) -> None:
+    web.sign_in()
+    second.sign_in()
+    web.page.get_by_role("button", name="Workspace").click()
+    web.page.get_by_label("New artifact title").fill("Plan")
+    web.page.get_by_role("button", name="Create").click()
+    expect(web.page.get_by_label("Artifact content")).to_be_visible()
+    second.page.get_by_role("button", name="Workspace").click()
+    second.page.get_by_role("button", name="Plan").click()
+    second.page.get_by_label("Artifact content").fill("their words")
+    second.page.get_by_role("button", name="Save", exact=True).click()
+    expect(second.page.get_by_text("revision 2")).to_be_visible()
+
+    web.page.get_by_label("Artifact content").fill("my words")
+    web.page.get_by_role("button", name="Save", exact=True).click()
+    conflict = web.page.locator(".conflict")
+    expect(conflict).to_contain_text("revision 2")
+    expect(conflict.locator(".theirs")).to_have_text("their words")
+    web.screenshot("artifact-conflict")
+    conflict.get_by_role("button", name="Keep mine (overwrite)").click()
+    expect(web.page.get_by_text("revision 3")).to_be_visible()
+    expect(conflict).to_have_count(0)
+    web.assert_no_console_errors(allow=r"409 \(Conflict\)")
+
+
+def test_a_phone_width_has_no_horizontal_scroll(browser: Browser, live_server: LiveServer) -> None:
+    phone = open_page(browser, live_server, viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+    try:
+        phone.sign_in()
+        phone.page.locator(".welcome").get_by_role("button", name="New chat").click()
+        phone.send("/demo tool")
+        expect(phone.page.locator(".card.tool")).to_have_attribute("data-status", "completed", timeout=15000)
+        phone.wait_idle()
+        phone.send("a long line " + "x" * 300)
+        expect(phone.assistant()).to_contain_text("You said: a long line", timeout=15000)
+        phone.wait_idle()
+        phone.screenshot("phone-390")
+        assert phone.page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+        phone.page.get_by_role("button", name="Conversations").click()
+        phone.screenshot("phone-390-menu")
+        assert phone.page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+        phone.assert_no_console_errors()
+    finally:
+        phone.page.context.close()
