@@ -314,3 +314,135 @@ def test_a_phone_width_has_no_horizontal_scroll(browser: Browser, live_server: L
         phone.assert_no_console_errors()
     finally:
         phone.page.context.close()
+
+
+def test_a_failed_tool_shows_its_error(web: WebPage) -> None:
+    web.sign_in().new_chat()
+    web.send("/demo tool-fail")
+    card = web.page.locator(".card.tool").first
+    expect(card).to_have_attribute("data-status", "failed", timeout=15000)
+    expect(card.locator(".tool-status")).to_have_text("failed")
+    expect(card.locator(".error")).not_to_be_empty()
+    web.wait_idle()
+    web.assert_no_console_errors()
+
+
+def test_yolo_shows_a_warning_on_every_tab_and_skips_the_approval(web: WebPage, second: WebPage) -> None:
+    web.sign_in().new_chat()
+    second.sign_in()
+    second.page.locator(".conversation .open").first.click()
+    web.page.get_by_role("switch").check()
+    expect(web.page.locator(".yolo-warning")).to_contain_text("YOLO is on")
+    expect(second.page.locator(".yolo-warning")).to_contain_text("YOLO is on")
+    web.screenshot("yolo-on")
+    web.send("/demo approve")
+    expect(web.assistant()).to_contain_text("Approved (once)", timeout=15000)
+    assert web.page.locator(".card.approval:not(.resolved)").count() == 0
+    web.page.get_by_role("switch").uncheck()
+    expect(second.page.locator(".yolo-warning")).to_have_count(0)
+    web.assert_no_console_errors()
+    second.assert_no_console_errors()
+
+
+def test_model_and_reasoning_pickers_show_what_the_server_says(web: WebPage) -> None:
+    web.sign_in().new_chat()
+    web.page.get_by_role("button", name="Model and reasoning").click()
+    model = web.page.get_by_label("Model", exact=True)
+    expect(model.locator("option")).to_have_count(4)
+    # The demo has no companion plugin: a change for one conversation is refused, and said so.
+    model.select_option(label="demo-model-large")
+    expect(web.page.locator(".settings-message")).to_contain_text("companion Hermes plugin")
+    web.screenshot("settings-not-implemented")
+    web.page.get_by_label("every conversation").check()
+    model.select_option(label="alt-model")
+    expect(web.page.locator(".settings-message")).to_have_text("Model set for every conversation.")
+    expect(web.page.locator(".settings-panel")).to_contain_text("Now: alt-model")
+    web.page.get_by_label("Reasoning effort").select_option("high")
+    expect(web.page.locator(".settings-message")).to_have_text("Reasoning effort set.")
+    expect(web.page.get_by_label("Reasoning effort")).to_have_value("high")
+    web.assert_no_console_errors()
+
+
+def test_history_pages_load_as_the_person_scrolls_up(web: WebPage) -> None:
+    web.sign_in().new_chat()
+    for number in range(1, 4):
+        web.send(f"message {number}")
+        expect(web.assistant()).to_have_text(f"You said: message {number}", timeout=15000)
+        web.wait_idle()
+    web.page.reload()  # the tab keeps its sign-in
+    expect(web.page.get_by_role("button", name="Sign out")).to_be_visible()
+    web.page.evaluate("window.pheby.client.historyPage = 2")
+    web.page.locator(".conversation .open").first.click()
+    expect(web.page.locator(".turn")).to_have_count(2)
+    web.page.get_by_role("button", name="Load earlier messages").click()
+    expect(web.page.locator(".turn")).to_have_count(4)
+    web.page.locator(".transcript").evaluate("el => { el.scrollTop = 0; el.dispatchEvent(new Event('scroll')); }")
+    expect(web.page.locator(".turn")).to_have_count(6)
+    expect(web.page.locator(".bubble.user").first).to_have_text("message 1")
+    expect(web.page.get_by_role("button", name="Load earlier messages")).to_have_count(0)
+    web.assert_no_console_errors()
+
+
+def test_keep_me_signed_in_survives_a_new_tab(web: WebPage, live_server: LiveServer) -> None:
+    web.open()
+    web.page.get_by_label("Owner secret or token").fill(live_server.secret)
+    web.page.get_by_label("Keep me signed in").check()
+    web.page.get_by_role("button", name="Sign in").click()
+    expect(web.page.get_by_role("button", name="New chat").first).to_be_visible()
+    assert web.page.evaluate("sessionStorage.getItem('pheby.session')") is None
+    other = web.page.context.new_page()
+    other.goto(live_server.base_url + "/")
+    expect(other.get_by_role("button", name="Sign out")).to_be_visible()
+    web.assert_no_console_errors()
+
+
+def test_repeated_wrong_secrets_are_locked_out_in_a_plain_sentence(web: WebPage) -> None:
+    web.open()
+    box = web.page.get_by_label("Owner secret or token")
+    for _ in range(6):
+        box.fill("wrong-secret-wrong-secret")
+        web.page.get_by_role("button", name="Sign in").click()
+        expect(web.page.get_by_role("alert")).to_be_visible()
+        if "Too many" in web.page.get_by_role("alert").inner_text():
+            break
+        expect(web.page.get_by_role("button", name="Sign in")).to_be_enabled()
+    expect(web.page.get_by_role("alert")).to_have_text(
+        "Too many failed attempts from here. Wait a minute, then try again."
+    )
+    web.assert_no_console_errors()
+
+
+def test_files_dropped_and_pasted_are_sent_with_the_message(web: WebPage) -> None:
+    web.sign_in().new_chat()
+    web.page.locator(".composer").evaluate(
+        """form => {
+            const data = new DataTransfer();
+            data.items.add(new File(["dropped lemon text"], "dropped.txt", { type: "text/plain" }));
+            form.dispatchEvent(new DragEvent("drop", { dataTransfer: data, bubbles: true, cancelable: true }));
+        }"""
+    )
+    web.page.get_by_label("Message").evaluate(
+        """box => {
+            const data = new DataTransfer();
+            data.items.add(new File(["pasted lime text"], "pasted.txt", { type: "text/plain" }));
+            box.dispatchEvent(new ClipboardEvent("paste", { clipboardData: data, bubbles: true, cancelable: true }));
+        }"""
+    )
+    expect(web.page.locator(".uploads li.done")).to_have_count(2, timeout=15000)
+    web.send("/demo echo")
+    expect(web.assistant()).to_contain_text("dropped lemon text", timeout=15000)
+    expect(web.assistant()).to_contain_text("pasted lime text")
+    web.assert_no_console_errors()
+
+
+def test_an_agent_document_is_a_download_chip_with_its_expiry(web: WebPage) -> None:
+    web.sign_in().new_chat()
+    web.send("/demo document")
+    chip = web.page.locator(".turn.assistant .chip")
+    expect(chip).to_be_visible(timeout=15000)
+    expect(chip).to_contain_text(".md")
+    expect(chip).to_contain_text("until")
+    with web.page.expect_download() as saved:
+        chip.get_by_role("button").click()
+    assert saved.value.suggested_filename.endswith(".md")
+    web.assert_no_console_errors()

@@ -34,7 +34,7 @@ function App() {
   useEffect(() => store.subscribe(setState), []);
   useEffect(() => {
     const onKey = (event) => {
-      if (event.key === "Escape" && state.currentId && store.chat(state.currentId).run) client.stop(state.currentId);
+      if (event.key === "Escape" && !event.defaultPrevented && state.currentId && store.chat(state.currentId).run) client.stop(state.currentId);
     };
     window.addEventListener("keydown", onKey);
     return () => window.removeEventListener("keydown", onKey);

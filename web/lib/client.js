@@ -4,6 +4,7 @@ import { PhebyConnection, ProtocolError, socketUrl } from "./protocol.js";
 import { api, login, setBearer } from "./api.js";
 import { clearCredential, loadCredential, saveCredential } from "./credentials.js";
 
+// Messages per conversation.open page; older pages load as the person scrolls up.
 const HISTORY_PAGE = 100;
 // How long after another tab's run starts its user turn is read back (Hermes stores it first).
 const SYNC_DELAY_MS = 300;
@@ -34,6 +35,7 @@ export class Client {
     this.connection = null;
     this.myRuns = new Set(); // runs this tab started: other tabs' runs trigger a history re-read
     this.syncedRuns = new Set();
+    this.historyPage = HISTORY_PAGE;
   }
 
   // --- session ---------------------------------------------------------------------------
@@ -170,7 +172,7 @@ export class Client {
 
   async open(id) {
     try {
-      const history = await this.request("conversation.open", { conversation_id: id, limit: HISTORY_PAGE });
+      const history = await this.request("conversation.open", { conversation_id: id, limit: this.historyPage });
       this.store.applySnapshot(history);
       this.request("yolo.current", { conversation_id: id }).catch(() => {});
       this.request("models.current", { conversation_id: id }).catch(() => {});
@@ -190,7 +192,7 @@ export class Client {
     try {
       const page = await this.request("conversation.open", {
         conversation_id: id,
-        limit: HISTORY_PAGE,
+        limit: this.historyPage,
         before_message_id: first.message_id,
       });
       this.store.prependPage(page);
