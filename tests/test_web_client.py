@@ -1,13 +1,14 @@
 """Pheby Web (the browser client at `/`) in a real headless Chromium against a live server on the
 demo Hermes: sign-in, streaming, tools, decisions, files, stop, reconnect, sync, safety, layout."""
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 from playwright.sync_api import Browser, expect
 
+from pheby.settings import Settings
 from tests.browser import WebPage, drop_all_sockets, on_server_loop, open_page
 from tests.live_server import LiveServer
 
@@ -446,3 +447,66 @@ def test_an_agent_document_is_a_download_chip_with_its_expiry(web: WebPage) -> N
         chip.get_by_role("button").click()
     assert saved.value.suggested_filename.endswith(".md")
     web.assert_no_console_errors()
+
+
+def test_workspace_tasks_memory_and_statuses(
+    browser: Browser,
+    start_live_server: Callable[[Settings], LiveServer],
+    live_settings: Callable[..., Settings],
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "hermes-home"
+    (home / "memories").mkdir(parents=True)
+    (home / "memories" / "MEMORY.md").write_text("likes tea", encoding="utf-8")
+    live = start_live_server(live_settings(hermes_home=home))
+    web, other = open_page(browser, live), open_page(browser, live)
+    try:
+        web.sign_in()
+        web.page.get_by_role("button", name="Workspace").click()
+        tabs = web.page.locator(".workspace [role=tab]")
+        expect(tabs).to_have_text(["Artifacts", "Scheduled tasks", "Memory", "Connectors & research"])
+
+        tabs.get_by_text("Scheduled tasks").click()
+        web.page.get_by_role("button", name="New task").click()
+        web.page.get_by_label("Name").fill("Morning note")
+        web.page.get_by_label("Schedule").fill("every 1h")
+        web.page.get_by_label("Prompt").fill("Say good morning")
+        web.page.get_by_role("button", name="Create task").click()
+        task = web.page.locator(".task")
+        expect(task).to_contain_text("Morning note")
+        task.get_by_role("button", name="Pause").click()
+        expect(task).to_contain_text("paused")
+        task.get_by_role("button", name="Resume").click()
+        expect(task.get_by_role("button", name="Pause")).to_be_visible()
+        task.get_by_role("button", name="Run now").click()
+        task.get_by_role("button", name="Edit").click()
+        web.page.get_by_label("Name").fill("Evening note")
+        web.page.get_by_role("button", name="Save").click()
+        expect(task).to_contain_text("Evening note")
+        web.screenshot("workspace-tasks")
+        task.get_by_role("button", name="Delete").click()
+        expect(web.page.locator(".task")).to_have_count(0)
+
+        tabs.get_by_text("Memory").click()
+        memory = web.page.get_by_label("Agent memory (MEMORY.md)")
+        expect(memory).to_have_value("likes tea")
+        other.sign_in()
+        other.page.get_by_role("button", name="Workspace").click()
+        other.page.locator(".workspace [role=tab]").get_by_text("Memory").click()
+        other.page.get_by_label("Agent memory (MEMORY.md)").fill("likes coffee")
+        other.page.locator(".memory-section").first.get_by_role("button", name="Save").click()
+        expect(other.page.locator(".memory-section").first).to_contain_text("Saved.")
+        memory.fill("likes green tea")
+        web.page.locator(".memory-section").first.get_by_role("button", name="Save").click()
+        expect(web.page.locator(".memory-section").first.get_by_role("alert")).to_contain_text("Changed elsewhere")
+        web.screenshot("workspace-memory-conflict")
+        assert (home / "memories" / "MEMORY.md").read_text(encoding="utf-8") == "likes coffee"
+
+        tabs.get_by_text("Connectors & research").click()
+        expect(web.page.locator(".workspace-body")).to_contain_text("Connectors: not available")
+        expect(web.page.locator(".workspace-body")).to_contain_text("Research mode: not available")
+        web.assert_no_console_errors(allow=r"409 \(Conflict\)")
+        other.assert_no_console_errors()
+    finally:
+        web.page.context.close()
+        other.page.context.close()

@@ -111,16 +111,26 @@ function Artifacts() {
   </div>`;
 }
 
+// Hermes answers a schedule as an object ({kind, display, …}); people read and type its display form.
+const scheduleText = (schedule) => (!schedule ? "" : typeof schedule === "string" ? schedule : schedule.display || schedule.expr || "");
+const when = (iso) => (iso ? new Date(iso).toLocaleString() : "");
+
 function TaskForm({ task, onDone }) {
   const [name, setName] = useState((task && task.name) || "");
-  const [schedule, setSchedule] = useState((task && task.schedule) || "");
+  const [schedule, setSchedule] = useState(task ? scheduleText(task.schedule) : "");
   const [prompt, setPrompt] = useState((task && task.prompt) || "");
   const [error, setError] = useState("");
   const submit = async (event) => {
     event.preventDefault();
     try {
-      if (task) await api("PATCH", `/api/tasks/${task.id}`, { name, schedule, prompt });
-      else await api("POST", "/api/tasks", { name, schedule, prompt });
+      if (task) {
+        // Only what changed: the gateway keeps the rest as it is.
+        const change = {};
+        if (name !== task.name) change.name = name;
+        if (schedule !== scheduleText(task.schedule)) change.schedule = schedule;
+        if (prompt !== task.prompt) change.prompt = prompt;
+        if (Object.keys(change).length) await api("PATCH", `/api/tasks/${task.id}`, change);
+      } else await api("POST", "/api/tasks", { name, schedule, prompt });
       onDone();
     } catch (e) {
       setError(problem(e));
@@ -159,7 +169,9 @@ function Tasks() {
     <button onClick=${() => setEditing(null)}>New task</button>
     ${tasks === null ? html`<p class="muted">Loading…</p>` : tasks.length === 0 ? html`<p class="muted">No scheduled tasks.</p>` : html`<ul class="item-list">
       ${tasks.map((t) => html`<li class="task">
-        <div><strong>${t.name || t.id}</strong> <span class="muted small">${t.schedule || ""}${t.enabled === false ? " · paused" : ""}</span></div>
+        <div><strong>${t.name || t.id}</strong> <span class="muted small">${scheduleText(t.schedule)}${t.enabled === false ? " · paused" : ""}</span></div>
+        ${t.next_run_at && t.enabled !== false && html`<div class="muted small">Next run ${when(t.next_run_at)}</div>`}
+        ${t.last_run_at && html`<div class="muted small">Last run ${when(t.last_run_at)}</div>`}
         <div class="row wrap small">
           <button onClick=${() => setEditing(t)}>Edit</button>
           ${t.enabled === false ? html`<button onClick=${() => act(t, "resume")}>Resume</button>` : html`<button onClick=${() => act(t, "pause")}>Pause</button>`}
