@@ -8,6 +8,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, expect
 
+from pheby.events import MessageComplete
 from pheby.settings import Settings
 from tests.browser import WebPage, drop_all_sockets, on_server_loop, open_page
 from tests.live_server import LiveServer
@@ -297,7 +298,8 @@ def test_an_artifact_edit_conflict_shows_the_choice(web: WebPage, second: WebPag
 
 
 def test_a_phone_width_has_no_horizontal_scroll(browser: Browser, live_server: LiveServer) -> None:
-    phone = open_page(browser, live_server, viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+    phone_size = {"width": 390, "height": 844}
+    phone = open_page(browser, live_server, viewport=phone_size, is_mobile=True, has_touch=True, color_scheme="dark")
     try:
         phone.sign_in()
         phone.page.locator(".welcome").get_by_role("button", name="New chat").click()
@@ -310,6 +312,8 @@ def test_a_phone_width_has_no_horizontal_scroll(browser: Browser, live_server: L
         phone.screenshot("phone-390")
         assert phone.page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
         phone.page.get_by_role("button", name="Conversations").click()
+        expect(phone.page.get_by_role("button", name="Sign out")).to_be_in_viewport(ratio=1)
+        phone.page.wait_for_timeout(300)  # the slide-in transition
         phone.screenshot("phone-390-menu")
         assert phone.page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
         phone.assert_no_console_errors()
@@ -510,3 +514,23 @@ def test_workspace_tasks_memory_and_statuses(
     finally:
         web.page.context.close()
         other.page.context.close()
+
+
+def test_a_failed_run_and_a_gateway_notice_are_shown_as_such(web: WebPage, live_server: LiveServer) -> None:
+    web.sign_in().new_chat()
+    web.send("/demo fail")
+    expect(web.page.locator(".run-status.failed")).to_contain_text("The run failed.", timeout=15000)
+    web.wait_idle()
+    conversation_id = web.page.evaluate("window.pheby.store.state.currentId")
+
+    async def push_notice() -> None:
+        owner = await live_server.services.accounts.ensure_owner()
+        notice = MessageComplete(
+            conversation_id=conversation_id, message_id="notice-1", text="Gateway restarted", kind="notice"
+        )
+        live_server.services.hub.broadcast(owner.id, notice)
+
+    on_server_loop(live_server, push_notice())
+    expect(web.page.locator(".notice-line")).to_have_text("Gateway restarted")
+    assert web.page.locator(".bubble", has_text="Gateway restarted").count() == 0  # a quiet line, not a turn
+    web.assert_no_console_errors()

@@ -26,6 +26,7 @@ const SENTENCES = {
 export function sentence(error) {
   const code = error && error.code;
   if (code === "not_implemented" || code === "bad_request") return error.message;
+  if (code === "unauthorized" && error.message) return `Not allowed: ${error.message}`;
   return SENTENCES[code] || (error && error.message) || "Something went wrong.";
 }
 
@@ -99,7 +100,7 @@ export class Client {
     if (status === "rejected") {
       clearCredential();
       this.connection = null;
-      this.store.set({ session: null, ready: false, status: "signed-out", signInError: sentence({ code: detail.code, message: detail.message }) });
+      this.store.set({ session: null, ready: false, status: "signed-out", signInError: SENTENCES[detail.code] || detail.message });
       return;
     }
     this.store.set({ status });

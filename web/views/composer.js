@@ -90,7 +90,7 @@ export function Composer({ client, state, conversationId, chat }) {
     <div class="composer-row">
       <button type="button" class="icon attach" aria-label="Attach files" title="Attach files" onClick=${() => picker.current.click()}><${PaperclipIcon} /></button>
       <input ref=${picker} type="file" multiple hidden aria-label="Choose files" onChange=${(e) => { addFiles(e.target.files); e.target.value = ""; }} />
-      <textarea ref=${input} rows="1" aria-label="Message" placeholder=${online ? "Message Pheby…" : "Offline — your text stays here"}
+      <textarea ref=${input} rows="1" aria-label="Message" placeholder=${!online ? "Offline — your text stays here" : running ? "The agent is answering — Esc stops it" : "Message Pheby…"}
         value=${text} onInput=${(e) => setText(e.target.value)} onKeyDown=${onKeyDown} onPaste=${onPaste}></textarea>
       ${running
         ? html`<button type="button" class="stop" aria-label="Stop" title="Stop (Esc)" onClick=${() => client.stop(conversationId)}><${StopIcon} /></button>`
