@@ -27,6 +27,8 @@ LAUNCH_ARGS = [
 ]
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 T = TypeVar("T")
+# The machine is shared and busy: wait generously for what the page shows.
+expect.set_options(timeout=15_000)
 
 
 @pytest.fixture(scope="module")

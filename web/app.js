@@ -8,7 +8,7 @@ import { Sidebar } from "./views/sidebar.js";
 import { ChatView } from "./views/chat.js";
 import { ChatSettings, YoloSwitch, YoloWarning } from "./views/settings.js";
 import { Workspace } from "./views/workspace.js";
-import { GearIcon, MenuIcon } from "./views/icons.js";
+import { SlidersIcon, MenuIcon } from "./views/icons.js";
 
 const store = new Store();
 const client = new Client(store);
@@ -22,7 +22,7 @@ function Header({ state, conversation, onMenu, settingsOpen, onSettings }) {
     <h1 class="title">${conversation ? conversation.name : "Pheby"}</h1>
     ${STATUS_TEXT[state.status] && html`<span class="connection" role="status">${STATUS_TEXT[state.status]}</span>`}
     ${conversation && html`<${YoloSwitch} client=${client} conversationId=${conversation.conversation_id} chat=${chat} />
-      <button class="icon" aria-label="Model and reasoning" aria-expanded=${settingsOpen} title="Model and reasoning" onClick=${onSettings}><${GearIcon} /></button>`}
+      <button class="icon" aria-label="Model and reasoning" aria-expanded=${settingsOpen} title="Model and reasoning" onClick=${onSettings}><${SlidersIcon} /></button>`}
   </header>`;
 }
 

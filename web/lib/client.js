@@ -104,8 +104,11 @@ export class Client {
       return;
     }
     this.store.set({ status });
+    if (status === "connecting" && detail.attempt > 0 && !this.store.state.ready) {
+      this.store.set({ signInError: "Can't reach the server yet; still trying…" });
+    }
     if (status === "open") {
-      this.store.set({ ready: true });
+      this.store.set({ ready: true, signInError: "" });
       if (detail.first) saveCredential(this.store.state.session, this.keep);
       this.afterReady(detail.first);
     }
@@ -230,9 +233,8 @@ export class Client {
     try {
       const fields = { conversation_id: id, text };
       if (attachments.length) fields.attachment_ids = attachments.map((a) => a.attachment_id);
-      // Registered before the reply is applied, so the run's events count as this tab's.
-      const accepted = this.request("chat.send", fields);
-      const reply = await accepted;
+      const reply = await this.request("chat.send", fields); // run.accepted
+      // Recorded before the run's next frame is handled (that is a later task), so its events count as this tab's.
       this.myRuns.add(reply.run_id);
       // The server anchors this turn's uploads to `user-<run_id>`.
       this.store.updateMessage(id, localId, () => ({ message_id: `user-${reply.run_id}`, pending: false, run_id: reply.run_id }));

@@ -12,7 +12,7 @@ const BACKOFF_MAX_MS = 15000;
 // Handshake errors that retrying with the same secret cannot fix.
 const FATAL_HELLO_CODES = new Set(["unauthorized", "version_mismatch", "rate_limited"]);
 
-// Replies that answer a request (besides `error`), by request type.
+// A request the server refused (its error code and message), or one that never got an answer.
 export class ProtocolError extends Error {
   constructor(code, message) {
     super(message);
@@ -147,7 +147,7 @@ export class PhebyConnection {
   }
 
   scheduleReconnect() {
-    this.onStatus(this.everReady ? "reconnecting" : "connecting");
+    this.onStatus(this.everReady ? "reconnecting" : "connecting", { attempt: this.attempt + 1 });
     // Exponential backoff with full jitter, so many clients don't return in step.
     const ceiling = Math.min(BACKOFF_MAX_MS, BACKOFF_MIN_MS * 2 ** this.attempt);
     const delay = BACKOFF_MIN_MS / 2 + Math.random() * ceiling;

@@ -44,7 +44,7 @@ export class Store {
 
   set(patch) {
     this.state = { ...this.state, ...patch };
-    // Many events can arrive in one task (a burst of deltas): render once per frame.
+    // Several changes in one task (an event and what follows from it) make one render.
     if (!this.queued) {
       this.queued = true;
       queueMicrotask(() => {

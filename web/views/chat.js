@@ -78,7 +78,7 @@ export function ChatView({ client, state, conversation }) {
   const looseDecisions = [...Object.values(chat.approvals), ...Object.values(chat.clarifications)].filter((d) => !runIds.has(d.run_id));
 
   return html`<section class="chat" aria-label=${conversation.name}>
-    <div class="transcript" ref=${scroller} onScroll=${onScroll} aria-live="polite">
+    <div class="transcript" ref=${scroller} onScroll=${onScroll}>
       ${chat.hasMore && html`<button class="link older" onClick=${() => client.loadOlder(id)}>${chat.loadingOlder ? "Loading…" : "Load earlier messages"}</button>`}
       ${!chat.loaded && html`<p class="muted center">Loading…</p>`}
       ${chat.loaded && chat.messages.length === 0 && html`<div class="empty-chat"><h2>What can I help with?</h2>
