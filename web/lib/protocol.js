@@ -28,6 +28,7 @@ export class PhebyConnection {
     this.onStatus = onStatus;
     this.pending = new Map(); // request_id -> {resolve, reject, timer}
     this.nextId = 1;
+    this.idPrefix = Math.random().toString(36).slice(2, 10);
     this.socket = null;
     this.attempt = 0;
     this.stopped = false;
@@ -112,7 +113,9 @@ export class PhebyConnection {
   // Send a request; resolves with its reply, rejects with a ProtocolError.
   request(type, fields = {}) {
     if (!this.ready) return Promise.reject(new ProtocolError("offline", "Not connected to the server"));
-    const request_id = `r${this.nextId++}`;
+    // Unique across tabs: some replies are broadcast to every connection with the sender's
+    // request_id (run.accepted, approval.resolved), and must not resolve another tab's request.
+    const request_id = `${this.idPrefix}-${this.nextId++}`;
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
         this.pending.delete(request_id);
