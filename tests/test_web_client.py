@@ -276,6 +276,9 @@ def test_an_artifact_edit_conflict_shows_the_choice(web: WebPage, second: WebPag
     web.sign_in()
     second.sign_in()
     web.page.get_by_role("button", name="Workspace").click()
+    # Memory needs a Hermes home, which this server has not got: its tab is not offered.
+    tabs = web.page.locator(".workspace [role=tab]")
+    expect(tabs).to_have_text(["Artifacts", "Scheduled tasks", "Connectors & research"])
     web.page.get_by_label("New artifact title").fill("Plan")
     web.page.get_by_role("button", name="Create").click()
     expect(web.page.get_by_label("Artifact content")).to_be_visible()
@@ -294,6 +297,14 @@ def test_an_artifact_edit_conflict_shows_the_choice(web: WebPage, second: WebPag
     conflict.get_by_role("button", name="Keep mine (overwrite)").click()
     expect(web.page.get_by_text("revision 3")).to_be_visible()
     expect(conflict).to_have_count(0)
+    web.page.get_by_role("button", name="Versions").click()
+    expect(web.page.locator(".versions li")).to_have_count(3)
+    with web.page.expect_download() as exported:
+        web.page.get_by_role("button", name="Export").click()
+    assert exported.value.suggested_filename == "Plan.md"
+    assert Path(exported.value.path()).read_text(encoding="utf-8") == "my words"
+    web.page.get_by_role("button", name="Revision 2").click()
+    expect(web.page.get_by_label("Artifact content")).to_have_value("their words")
     web.assert_no_console_errors(allow=r"409 \(Conflict\)")
 
 
@@ -533,4 +544,21 @@ def test_a_failed_run_and_a_gateway_notice_are_shown_as_such(web: WebPage, live_
     on_server_loop(live_server, push_notice())
     expect(web.page.locator(".notice-line")).to_have_text("Gateway restarted")
     assert web.page.locator(".bubble", has_text="Gateway restarted").count() == 0  # a quiet line, not a turn
+    web.assert_no_console_errors()
+
+
+def test_at_most_ten_files_go_with_one_message(web: WebPage, tmp_path: Path) -> None:
+    files = []
+    for number in range(11):
+        path = tmp_path / f"note-{number}.txt"
+        path.write_text(f"note {number}", encoding="utf-8")
+        files.append(str(path))
+    web.sign_in().new_chat()
+    web.page.get_by_label("Choose files").set_input_files(files)
+    expect(web.page.locator(".toast")).to_have_text("Up to 10 files per message.")
+    expect(web.page.locator(".uploads li.done")).to_have_count(10)
+    web.screenshot("uploads")
+    web.send("ten files")
+    expect(web.assistant()).to_contain_text("[End of note-9.txt]")  # all ten reached the run
+    expect(web.page.locator(".turn.user .chip")).to_have_count(10)
     web.assert_no_console_errors()
