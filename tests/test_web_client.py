@@ -211,7 +211,6 @@ def test_stop_during_a_slow_run(web: WebPage) -> None:
 
 def test_a_dropped_socket_reconnects_and_shows_the_finished_answer(web: WebPage, live_server: LiveServer) -> None:
     web.sign_in().new_chat()
-    web.page.get_by_label("Message").fill("kept while offline")
     web.send("/demo slow")
     expect(web.assistant()).to_contain_text("tick 2", timeout=15000)
     web.page.get_by_label("Message").fill("typed before the drop")
