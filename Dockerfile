@@ -26,6 +26,7 @@ COPY scheduler ./scheduler
 COPY hermes_client ./hermes_client
 COPY demo_hermes ./demo_hermes
 COPY hermes_plugin ./hermes_plugin
+COPY web ./web
 RUN pip install . && rm -rf /src
 
 WORKDIR /data

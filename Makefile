@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck unit clean
+.PHONY: run test lint typecheck unit clean vendor browser
 
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -21,9 +21,20 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy .
 
-# The real-Hermes harness runs in its own pytest worker so the gateway start overlaps the rest.
-test: lint typecheck
+# The browser tests (Pheby Web) drive Debian's Chromium; install it where it is missing (as root).
+browser:
+	@command -v chromium >/dev/null 2>&1 || test -x /usr/bin/chromium || \
+		{ apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; }
+
+# The real-Hermes harness and the browser suite each run in their own pytest worker group, so they
+# overlap the rest.
+test: lint typecheck browser
 	$(VENV)/bin/pytest -n 2 --dist loadgroup
 
+# Refresh web/vendor/ (Preact, htm, marked, DOMPurify at the pinned versions) from npm. Only this
+# target needs npm; the vendored files are committed.
+vendor:
+	sh scripts/vendor-web.sh
+
 clean:
-	rm -rf $(VENV) .venv-hermes .venv-hermes-next .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-hermes .venv-hermes-next .pytest_cache .mypy_cache .ruff_cache test-artifacts

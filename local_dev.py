@@ -52,6 +52,7 @@ def main() -> int:
             else f"PHEBY_SECRET: {settings.secret} (generated, kept in {settings.data_dir / 'secret'})"
         )
         print(f"Pheby server on http://{settings.host}:{settings.port}  (WebSocket /ws, docs /schema)", flush=True)
+        print(f"Pheby Web: open http://{settings.host}:{settings.port}/ and paste the secret", flush=True)
         print(hermes_line, flush=True)
         print(f"Storage: {settings.storage}, data dir {settings.data_dir}", flush=True)
         print(secret_line, flush=True)

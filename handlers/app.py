@@ -47,6 +47,8 @@ from handlers import (
     tasks_resume,
     tasks_run,
     tasks_update,
+    web_asset,
+    web_index,
 )
 from handlers.bodies import PhebyRequest
 from handlers.body_timeout import BodyIdleTimeout
@@ -68,6 +70,8 @@ PUBLIC_ROUTES: list[ControllerRouterHandler] = [
     attachments_download.download_attachment,
     internal_plugin_events.plugin_event,  # the plugin secret
     internal_plugin_media.plugin_media,
+    web_index.web_index,  # Pheby Web: the page and its assets (it signs in itself)
+    web_asset.web_asset,
 ]
 
 # Mounted under `/api` behind the `authenticated` guard: a route added here is protected by that alone.

@@ -10,7 +10,13 @@ from handlers.app import create_app
 from pheby.settings import Settings, load_settings
 from tests.app_client import BASE, Api
 
-pytest_plugins: list[str] = ["tests.real_hermes", "tests.demo_hermes_server", "tests.live_server", "tests.s3_server"]
+pytest_plugins: list[str] = [
+    "tests.real_hermes",
+    "tests.demo_hermes_server",
+    "tests.live_server",
+    "tests.s3_server",
+    "tests.browser",
+]
 
 TEST_SECRET = "test-owner-secret-0123456789abcdef"
 

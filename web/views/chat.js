@@ -1,0 +1,97 @@
+// One conversation: its turns (text, tools, decisions, files), paging back on scroll, and the composer.
+import { html, useEffect, useLayoutEffect, useRef } from "../lib/html.js";
+import { renderMarkdown } from "../lib/markdown.js";
+import { ApprovalCard, ClarifyCard, ToolCard } from "./cards.js";
+import { AttachmentList } from "./attachments.js";
+import { Composer } from "./composer.js";
+
+function Markdown({ text }) {
+  // The only place text becomes HTML, and it has been through the sanitiser.
+  return html`<div class="markdown" dangerouslySetInnerHTML=${{ __html: renderMarkdown(text) }}></div>`;
+}
+
+const STATUS_NOTES = { cancelled: "Stopped.", failed: "The run failed." };
+
+function Turn({ client, chat, conversationId, message }) {
+  const runId = message.run_id;
+  const attachments = chat.attachments.filter((a) => a.message_id === message.message_id);
+  if (message.role === "user") {
+    return html`<div class="turn user" data-message-id=${message.message_id}>
+      <div class=${`bubble user${message.pending ? " pending" : ""}`}><p class="plain">${message.text}</p></div>
+      <${AttachmentList} attachments=${attachments} />
+    </div>`;
+  }
+  if (message.kind === "notice") {
+    return html`<p class="notice-line" data-message-id=${message.message_id}>${message.text}</p>`;
+  }
+  const tools = runId ? Object.values(chat.tools).filter((t) => t.run_id === runId) : [];
+  const approvals = runId ? Object.values(chat.approvals).filter((a) => a.run_id === runId) : [];
+  const clarifications = runId ? Object.values(chat.clarifications).filter((c) => c.run_id === runId) : [];
+  return html`<div class="turn assistant" data-message-id=${message.message_id} data-run-id=${runId}>
+    ${tools.map((tool) => html`<${ToolCard} key=${tool.tool_call_id} tool=${tool} />`)}
+    ${approvals.map((a) => html`<${ApprovalCard} key=${a.approval_id} client=${client} approval=${a} />`)}
+    ${clarifications.map((c) => html`<${ClarifyCard} key=${c.clarify_id} client=${client} conversationId=${conversationId} clarify=${c} />`)}
+    ${(message.text || message.streaming) &&
+    html`<div class=${`bubble assistant${message.streaming ? " streaming" : ""}`} aria-busy=${message.streaming ? "true" : "false"}>
+      ${message.text ? html`<${Markdown} text=${message.text} />` : html`<span class="typing" aria-label="The agent is thinking"><i></i><i></i><i></i></span>`}
+    </div>`}
+    <${AttachmentList} attachments=${attachments} />
+    ${STATUS_NOTES[message.status] && html`<p class=${`run-status ${message.status}`}>${STATUS_NOTES[message.status]}${message.error ? ` ${message.error}` : ""}</p>`}
+  </div>`;
+}
+
+export function ChatView({ client, state, conversation }) {
+  const id = conversation.conversation_id;
+  const chat = client.store.chat(id);
+  const scroller = useRef(null);
+  const pinned = useRef(true); // follow new text while the person is at the bottom
+  const previousHeight = useRef(0);
+
+  const onScroll = () => {
+    const el = scroller.current;
+    pinned.current = el.scrollHeight - el.scrollTop - el.clientHeight < 80;
+    if (el.scrollTop < 60 && chat.hasMore && !chat.loadingOlder) {
+      previousHeight.current = el.scrollHeight;
+      client.loadOlder(id);
+    }
+  };
+
+  useLayoutEffect(() => {
+    const el = scroller.current;
+    if (!el) return;
+    if (previousHeight.current && !chat.loadingOlder) {
+      // An older page was put on top: keep the person's place.
+      el.scrollTop += el.scrollHeight - previousHeight.current;
+      previousHeight.current = 0;
+    } else if (pinned.current) {
+      el.scrollTop = el.scrollHeight;
+    }
+  });
+
+  useEffect(() => {
+    pinned.current = true;
+  }, [id]);
+
+  const known = new Set(chat.messages.map((m) => m.message_id));
+  const loose = chat.attachments.filter((a) => !known.has(a.message_id));
+  const runIds = new Set(chat.messages.map((m) => m.run_id).filter(Boolean));
+  const looseDecisions = [...Object.values(chat.approvals), ...Object.values(chat.clarifications)].filter((d) => !runIds.has(d.run_id));
+
+  return html`<section class="chat" aria-label=${conversation.name}>
+    <div class="transcript" ref=${scroller} onScroll=${onScroll}>
+      ${chat.hasMore && html`<button class="link older" onClick=${() => client.loadOlder(id)}>${chat.loadingOlder ? "Loading…" : "Load earlier messages"}</button>`}
+      ${!chat.loaded && html`<p class="muted center">Loading…</p>`}
+      ${chat.loaded && chat.messages.length === 0 && html`<div class="empty-chat"><h2>What can I help with?</h2>
+        <p class="muted">Try <code>/demo tool</code>, <code>/demo approve</code>, <code>/demo clarify</code> or <code>/demo image</code> on the demo agent.</p></div>`}
+      ${chat.messages.map((m) => html`<${Turn} key=${m.message_id} client=${client} chat=${chat} conversationId=${id} message=${m} />`)}
+      ${looseDecisions.map((d) =>
+        d.approval_id
+          ? html`<${ApprovalCard} key=${d.approval_id} client=${client} approval=${d} />`
+          : html`<${ClarifyCard} key=${d.clarify_id} client=${client} conversationId=${id} clarify=${d} />`,
+      )}
+      <${AttachmentList} attachments=${loose} />
+    </div>
+    ${chat.notice && html`<p class="chat-notice" role="alert">${chat.notice}</p>`}
+    <${Composer} client=${client} state=${state} conversationId=${id} chat=${chat} />
+  </section>`;
+}

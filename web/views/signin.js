@@ -1,0 +1,42 @@
+// The sign-in screen: the owner secret, or an account's username and password.
+import { html, useState } from "../lib/html.js";
+
+export function SignIn({ client, state }) {
+  const [mode, setMode] = useState("secret");
+  const [secret, setSecret] = useState("");
+  const [username, setUsername] = useState("");
+  const [password, setPassword] = useState("");
+  const [keep, setKeep] = useState(false);
+  const busy = state.status === "connecting";
+
+  const submit = (event) => {
+    event.preventDefault();
+    if (mode === "secret") client.signInWithSecret(secret, keep);
+    else client.signInWithPassword(username, password, keep);
+  };
+
+  return html`
+    <main class="signin">
+      <form class="signin-card" onSubmit=${submit} aria-labelledby="signin-title">
+        <div class="brand"><span class="logo" aria-hidden="true">P</span><h1 id="signin-title">Pheby</h1></div>
+        <p class="muted">Sign in to talk to your agent.</p>
+        <div class="tabs" role="tablist" aria-label="Sign-in method">
+          <button type="button" role="tab" aria-selected=${mode === "secret"} onClick=${() => setMode("secret")}>Secret</button>
+          <button type="button" role="tab" aria-selected=${mode === "password"} onClick=${() => setMode("password")}>Password</button>
+        </div>
+        ${mode === "secret"
+          ? html`<label>Owner secret or token
+              <input type="password" name="secret" autocomplete="current-password" required value=${secret}
+                onInput=${(e) => setSecret(e.target.value)} autofocus /></label>`
+          : html`<label>Username
+                <input name="username" autocomplete="username" required value=${username} onInput=${(e) => setUsername(e.target.value)} /></label>
+              <label>Password
+                <input type="password" name="password" autocomplete="current-password" required value=${password}
+                  onInput=${(e) => setPassword(e.target.value)} /></label>`}
+        <label class="check"><input type="checkbox" checked=${keep} onChange=${(e) => setKeep(e.target.checked)} /> Keep me signed in</label>
+        ${state.signInError && html`<p class="error" role="alert">${state.signInError}</p>`}
+        <button class="primary" type="submit" disabled=${busy}>${busy ? "Signing in…" : "Sign in"}</button>
+        <p class="muted small">The secret is printed by <code>make run</code>. It stays in this tab unless you tick “Keep me signed in”.</p>
+      </form>
+    </main>`;
+}
