@@ -1,8 +1,9 @@
-"""Active runs: one upstream SSE reader per Hermes run, translated into Pheby events.
+"""`RunManager`: the run engine's wiring, one active run per conversation.
 
-Hermes allows a single consumer per run stream and no resume, so the server holds it and fans
-the events out through the hub. The registry keeps each run's draft, tool states and pending
-decisions so `conversation.open` can hand a reconnecting client the recoverable snapshot.
+It starts runs (`send`), feeds each Hermes event through the pure translation (`translate`) and
+performs what comes out, keeps the pending decisions, takes the companion plugin's pushes
+(`plugin_push`), recovers a lost stream by asking Hermes (`reader`), logs the turn afterwards and
+keeps finished turns for snapshots (`settled`).
 """
 
 import asyncio
@@ -12,15 +13,16 @@ import secrets
 import sqlite3
 import time
 import uuid
-from collections import Counter, OrderedDict, defaultdict, deque
-from collections.abc import Awaitable, Callable, Iterator
-from typing import NamedTuple, Protocol
+from collections import Counter, OrderedDict
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import Protocol
 
 from msgspec import UNSET, UnsetType
 
 import hermes_client as hc
 from pheby import events as ev
 from pheby.accounts import Account
+from pheby.attachments import Attachments, pheby_descriptor
 from pheby.conversations import Conversation, Conversations
 from pheby.errors import (
     ApprovalNotFound,
@@ -33,9 +35,22 @@ from pheby.errors import (
 )
 from pheby.history import shown_history, transcript, turn_message_ids
 from pheby.hub import Hub
-from pheby.media_tags import media_paths, strip_media, visible_draft
+from pheby.media_tags import media_paths, strip_media
 from pheby.plugin_link import NO_EXTRAS, PluginExtras
-from pheby.redact import redact
+from pheby.redact import sanitize_error
+from pheby.runs import translate as tr
+from pheby.runs.active import ActiveRun, AssistantTurn
+from pheby.runs.decisions import Answer, Decision, Resolved, resolved_id
+from pheby.runs.plugin_inputs import (
+    PluginClarifyAsked,
+    PluginClarifyExpired,
+    PluginInput,
+    PluginMediaDone,
+    PluginToolEnded,
+    PluginToolStarted,
+)
+from pheby.runs.reader import DEFAULT_TIMING, LOST_ERROR, RecoveryTiming, settle, stop_lost
+from pheby.runs.settled import SettledTurn, SettledTurns
 from pheby.tool_merge import ToolMerge
 
 log = logging.getLogger("pheby.runs")
@@ -56,19 +71,11 @@ PLUGIN_TOOL_WINDOW_SECONDS = 2.5
 PLUGIN_MEDIA_WAIT_SECONDS = 5.0
 RECENT_RUNS = 256
 
-
-class AssistantTurn(NamedTuple):
-    """The assistant turn a run's (or a pushed output's) MEDIA: files belong to."""
-
-    account_id: str
-    conversation_id: str
-    message_id: str
-
-
 HermesFor = Callable[[Account], hc.HermesClient]
 DeliverMedia = Callable[[AssistantTurn, list[str]], Awaitable[None]]
 # (conversation id, {message id used during the run: the history's id of that message}) → re-anchor files.
 AnchorTurn = Callable[[str, dict[str, str]], Awaitable[None]]
+Snapshot = tuple[ev.RunSnapshot | None, list[ev.ToolState], list[ev.ApprovalRequest], list[ev.ClarifyRequest]]
 
 
 class RunPlugin(Protocol):
@@ -90,66 +97,6 @@ def hermes_session_id(conversation: Conversation) -> str:
     return conversation.session_id or f"pheby_{conversation.id}"
 
 
-class ApprovalAnswer(NamedTuple):
-    choice: str
-    request_id: str | UnsetType
-
-
-class PendingApproval:
-    def __init__(self, event: ev.ApprovalRequest, pattern_keys: list[str]) -> None:
-        self.event = event
-        self.pattern_keys = pattern_keys
-        # A client's answer on its way to Hermes: from then on the answer, not the run, resolves it.
-        self.answer: ApprovalAnswer | None = None
-
-
-class ActiveRun:
-    """The live state of one run, enough to rebuild a client's view after a reconnect."""
-
-    def __init__(self, account: Account, conversation: Conversation, client: hc.HermesClient) -> None:
-        self.run_id = uuid.uuid4().hex
-        self.account = account
-        self.conversation_id = conversation.id
-        self.client = client
-        self.hermes_run_id = ""
-        self.message_id = f"draft-{self.run_id}"
-        self.user_message_id = f"user-{self.run_id}"
-        self.sent_text = ""  # the input as Hermes stores it (attachments inlined)
-        self.stored_before = 0  # the newest Hermes message id when the run started: its turn comes after
-        self.status = "running"
-        self.raw_text = ""
-        self.draft = ""
-        self.tools: dict[str, ev.ToolState] = {}
-        self.open_tools: defaultdict[str, deque[str]] = defaultdict(deque)
-        self.approvals: dict[str, PendingApproval] = {}
-        self.clarifications: dict[str, tuple[str, ev.ClarifyRequest]] = {}
-        # Clarifications whose answer is on its way, with the responder's request_id.
-        self.answering: dict[str, str | UnsetType] = {}
-        self.finished = asyncio.Event()
-        self.started = asyncio.Event()  # set once Hermes has made the run, or `release` ended the attempt
-        self.message_completed = False  # after message.complete only attachment.added and run.finished follow
-        self.cancel_requested = False
-        self.reader: asyncio.Task[None] | None = None
-        # The companion plugin's extras for this run (decided at start), and their state.
-        self.extras: PluginExtras = NO_EXTRAS
-        self.merge: ToolMerge | None = None
-        self.media_done = asyncio.Event()
-        self.media_fallback = False
-        self.plugin_clarify: set[str] = set()
-
-    @property
-    def made(self) -> bool:
-        """Whether Hermes has made the run (so it can be stopped)."""
-        return bool(self.hermes_run_id)
-
-    @property
-    def turn(self) -> AssistantTurn:
-        return AssistantTurn(self.account.id, self.conversation_id, self.message_id)
-
-    def snapshot(self) -> ev.RunSnapshot:
-        return ev.RunSnapshot(run_id=self.run_id, status=self.status, message_id=self.message_id, text=self.draft)
-
-
 class RunManager:
     """Starts, translates, cancels and answers runs; one active run per conversation."""
 
@@ -161,6 +108,8 @@ class RunManager:
         deliver_media: DeliverMedia | None = None,
         plugin: RunPlugin | None = None,
         anchor_turn: AnchorTurn | None = None,
+        attachments: Attachments | None = None,
+        recovery: RecoveryTiming = DEFAULT_TIMING,
     ) -> None:
         self._hub = hub
         self._conversations = conversations
@@ -168,13 +117,15 @@ class RunManager:
         self._deliver_media = deliver_media
         self._plugin = plugin
         self._anchor_turn = anchor_turn
+        self._attachments = attachments
+        self._recovery = recovery
         self._by_hermes: dict[str, ActiveRun] = {}
         self._recent: OrderedDict[str, ActiveRun] = OrderedDict()
         self._by_conversation: dict[str, ActiveRun] = {}
-        self._approvals: dict[str, ActiveRun] = {}
-        self._clarifications: dict[str, ActiveRun] = {}
+        self._decision_runs: dict[str, ActiveRun] = {}  # approval and clarify ids → their run
         self._last_tools: dict[str, list[ev.ToolState]] = {}
         self._transitions: Counter[str] = Counter()
+        self._settled = SettledTurns()
         self._deleting: set[str] = set()  # conversations being deleted: no new run may start
         self._readers: set[asyncio.Task[None]] = set()  # each run's reader, with its after-turn work
 
@@ -183,21 +134,65 @@ class RunManager:
     def active(self, conversation_id: str) -> ActiveRun | None:
         return self._by_conversation.get(conversation_id)
 
-    def snapshot(
-        self, conversation_id: str
-    ) -> tuple[ev.RunSnapshot | None, list[ev.ToolState], list[ev.ApprovalRequest], list[ev.ClarifyRequest]]:
+    def snapshot(self, conversation_id: str) -> Snapshot:
         run = self._by_conversation.get(conversation_id)
         if run is None:
             return None, list(self._last_tools.get(conversation_id, [])), [], []
-        approvals = [p.event for p in run.approvals.values()]
-        clarifications = [c for _, c in run.clarifications.values()]
+        approvals = [r for r in run.decisions.requests("approval") if isinstance(r, ev.ApprovalRequest)]
+        clarifications = [r for r in run.decisions.requests("clarify") if isinstance(r, ev.ClarifyRequest)]
         return run.snapshot(), list(run.tools.values()), approvals, clarifications
 
     def transitions(self, conversation_id: str) -> int:
-        """How often a run of the conversation was accepted or finished; when it moves, so may the transcript."""
+        """How often a run of the conversation was accepted or finished."""
         return self._transitions[conversation_id]
 
+    def reading(self, conversation_id: str) -> contextlib.AbstractContextManager[None]:
+        """Around a snapshot's read of the stored transcript (see `with_finished_turns`)."""
+        return self._settled.reading(conversation_id)
+
+    def with_finished_turns(self, conversation_id: str, shown: Sequence[ev.HistoryMessage]) -> list[ev.HistoryMessage]:
+        """The transcript `shown` (read inside `reading`) with every finished turn it lacks, in order.
+
+        Call it, take `snapshot` and queue the reply without an await between: then the reply holds
+        every turn whose `run.finished` went out before it."""
+        return self._settled.merged(conversation_id, shown)
+
     # --- starting ------------------------------------------------------------------------
+
+    async def send(
+        self,
+        account: Account,
+        conversation_id: str,
+        text: str,
+        attachment_ids: Sequence[str],
+        request_id: str | UnsetType,
+    ) -> ActiveRun:
+        """`chat.send`: reserve the slot, check the attachments, start the run, then claim them.
+
+        Attachments are claimed only once the run is accepted, so a `run_active` (or any failure to
+        start) leaves them free to send again."""
+        conversation = await self._conversations.get(account.id, conversation_id)
+        run = self.reserve(account, conversation)
+        try:
+            if self._attachments is not None:
+                prepared = await self._attachments.prepare_chat_input(account.id, conversation.id, text, attachment_ids)
+                hermes_input, attachments = prepared.text, prepared.attachments
+                if attachments:
+                    await self._conversations.remember_input(conversation.id, hermes_input, text)
+            else:
+                hermes_input, attachments = text, []
+        except BaseException:
+            self.release(run)
+            raise
+        run.user_text = text
+        await self.start(run, conversation, hermes_input, request_id)
+        if attachments and self._attachments is not None:
+            for attachment in await self._attachments.claim(attachments, run.user_message_id):
+                self._hub.broadcast(
+                    account.id,
+                    ev.AttachmentAdded(conversation_id=conversation.id, attachment=pheby_descriptor(attachment)),
+                )
+        return run
 
     def reserve(self, account: Account, conversation: Conversation) -> ActiveRun:
         """Claim the conversation's run slot (synchronously, so two sends can't both win)."""
@@ -212,6 +207,8 @@ class RunManager:
     def release(self, run: ActiveRun) -> None:
         if self._by_conversation.get(run.conversation_id) is run:
             del self._by_conversation[run.conversation_id]
+        if not run.made:
+            run.phase.move("finished")
         run.started.set()  # a reserved run that never starts: whoever waits for its start stops waiting
 
     @contextlib.contextmanager
@@ -253,13 +250,14 @@ class RunManager:
                 instructions=RUN_INSTRUCTIONS,
             )
             self._watch_plugin(run, handle.run_id)
+            run.phase.move("running")
             run.started.set()  # from here a cancel can stop it
         except hc.HermesUnavailable:
             self.release(run)
-            raise Unavailable("Hermes is unavailable right now; try again") from None
+            raise Unavailable("Hermes is unavailable right now; the message was not sent, try again") from None
         except hc.HermesError as exc:
             self.release(run)
-            raise UpstreamFailure(f"Hermes refused the run: {exc}") from None
+            raise UpstreamFailure(f"Hermes refused the run: {sanitize_error(exc.message)}") from None
         except BaseException:
             self.release(run)
             self._by_hermes.pop(run.hermes_run_id, None)
@@ -292,10 +290,11 @@ class RunManager:
         run.hermes_run_id = hermes_run_id
         self._by_hermes[hermes_run_id] = run
         if run.extras.tool_events:
+            run.view.merged = True
             run.merge = ToolMerge(
                 PLUGIN_TOOL_WINDOW_SECONDS,
-                lambda event: self._tool_started(run, event),
-                lambda event: self._tool_completed(run, event),
+                lambda began: self._perform(run, tr.tool_began(run.view, began)),
+                lambda ended: self._perform(run, tr.tool_ended(run.view, ended)),
             )
 
     async def _stored_turns(self, run: ActiveRun, conversation: Conversation) -> list[hc.SessionMessage] | None:
@@ -345,142 +344,100 @@ class RunManager:
             ids[run.message_id] = answer_id
         if ids and self._anchor_turn is not None:
             await self._anchor_turn(run.conversation_id, ids)
-            self._transitions[run.conversation_id] += 1  # a snapshot read meanwhile is read again
+            self._transitions[run.conversation_id] += 1
+        if user_id:  # the transcript holds the turn now: snapshots from here on read it there
+            self._settled.stored(run.conversation_id, run.run_id, user_id, answer_id)
 
     async def _read(self, run: ActiveRun) -> None:
         try:
-            async for event in run.client.run_events(run.hermes_run_id):
-                await self._on_event(run, event)
-                if run.finished.is_set():
-                    return
-            await self._finish_from_status(run)
+            await self._follow(run)
+            if not run.finished.is_set():
+                await self._recover(run)
         except asyncio.CancelledError:
+            if not run.finished.is_set():
+                self._finish(run, "cancelled" if run.cancel_requested else "failed", LOST_ERROR)
             raise
-        except hc.HermesError as exc:
-            log.warning("run %s stream failed: %s", run.run_id, exc)
-            await self._finish_from_status(run)
         except Exception:
             log.exception("run %s reader crashed", run.run_id)
             self._finish(run, "failed", "Internal error while streaming the run")
-        finally:
-            if not run.finished.is_set():
-                self._finish(run, "cancelled" if run.cancel_requested else "failed", "The run stream ended")
 
-    async def _finish_from_status(self, run: ActiveRun) -> None:
-        """The stream ended without a terminal event: ask Hermes how the run ended."""
-        if run.finished.is_set():
-            return
+    async def _follow(self, run: ActiveRun) -> None:
+        """Translate the run's event stream until its end, or until the stream is lost."""
         try:
-            status = await run.client.get_run(run.hermes_run_id)
-        except hc.HermesError:
-            self._finish(run, "cancelled" if run.cancel_requested else "failed", "Lost the connection to Hermes")
-            return
-        if status.status == "completed":
-            await self._complete(run, status.output or "")
-        elif status.status == "cancelled":
-            self._finish(run, "cancelled")
-        else:
-            self._finish(run, "failed", status.error or "The run stream ended early")
+            async with contextlib.aclosing(run.client.run_events(run.hermes_run_id)) as events:
+                async for event in events:
+                    await self._perform_async(run, tr.translate(run.view, event))
+                    if run.finished.is_set():
+                        return
+        except hc.HermesError as exc:
+            log.warning("run %s: its event stream was lost (%s); asking Hermes how it goes", run.run_id, exc)
 
-    async def _on_event(self, run: ActiveRun, event: hc.RunEvent) -> None:
-        account_id, cid = run.account.id, run.conversation_id
-        match event:
-            case hc.MessageDelta(delta=delta):
-                run.raw_text += delta
-                visible = visible_draft(run.raw_text)
-                if visible != run.draft:
-                    run.draft = visible
-                    self._hub.broadcast(
-                        account_id, ev.MessageDelta(conversation_id=cid, message_id=run.message_id, text=visible)
-                    )
-            case hc.ToolStarted():
-                if run.merge is not None:
-                    run.merge.stream_started(event)
-                else:
-                    self._tool_started(run, event)
-            case hc.ToolCompleted():
-                if run.merge is not None:
-                    run.merge.stream_completed(event)
-                else:
-                    self._tool_completed(run, event)
-            case hc.ApprovalRequest():
-                await self._approval_requested(run, event)
-            case hc.ClarifyRequest():
-                self._clarify_requested(run, event)
-            case hc.ClarifyRetired(clarify_id=hermes_clarify_id):
-                self._clarify_retired(run, hermes_clarify_id, by_plugin=False)
-            case hc.RunCompleted(output=output):
-                await self._complete(run, output)
-            case hc.RunFailed(error=error):
-                self._finish(run, "failed", _short(error))
-            case hc.RunCancelled():
+    async def _recover(self, run: ActiveRun) -> None:
+        """The stream is gone but the run may go on: the run stays active until Hermes says it ended."""
+        run.recovering = True
+        outcome = await settle(run.client, run.hermes_run_id, self._recovery)
+        if run.finished.is_set():
+            return  # a cancel gave up waiting and finished it meanwhile
+        match outcome.status:
+            case "completed":
+                await self._perform_async(run, tr.complete(run.view, outcome.output))
+            case "cancelled":
                 self._finish(run, "cancelled")
-            case _:
-                pass  # reasoning.available repeats the text; approval.responded is echoed by us
+            case "failed":
+                self._finish(run, "failed", outcome.error or "The run failed")
+            case "lost":
+                await stop_lost(run.client, run.hermes_run_id, self._recovery)
+                self._finish(run, "cancelled" if run.cancel_requested else "failed", LOST_ERROR)
 
-    def _tool_started(self, run: ActiveRun, event: hc.ToolStarted) -> None:
-        call_id = event.tool_call_id or f"t-{secrets.token_hex(6)}"
-        run.open_tools[event.tool].append(call_id)
-        args = redact(event.args) if isinstance(event.args, dict) else {}
-        state = ev.ToolState(
-            tool_call_id=call_id,
-            tool_name=event.tool,
-            status="running",
-            run_id=run.run_id,
-            args_redacted=args,
-            preview=_short(event.preview or "", 200),
-        )
-        run.tools[call_id] = state
-        self._broadcast_tool(run, state)
+    # --- performing what the translation asks --------------------------------------------
 
-    def _tool_completed(self, run: ActiveRun, event: hc.ToolCompleted) -> None:
-        pending = run.open_tools[event.tool]
-        call_id = event.tool_call_id or (pending.popleft() if pending else f"t-{secrets.token_hex(6)}")
-        if event.tool_call_id and call_id in pending:
-            pending.remove(call_id)
-        started = run.tools.get(call_id)
-        failed = bool(event.error)
-        status = _tool_outcome(event, cancelling=run.cancel_requested)
-        state = ev.ToolState(
-            tool_call_id=call_id,
-            tool_name=event.tool,
-            status=status,
-            run_id=run.run_id,
-            args_redacted=started.args_redacted if started else {},
-            duration_ms=round(event.duration * 1000) if event.duration is not None else None,
-            error=_short(event.error_message or "Tool failed") if status == "failed" else UNSET,
-        )
-        run.tools[call_id] = state
-        self._broadcast_tool(run, state)
-        if run.approvals and failed:
-            # Hermes fails an unanswered approval closed after its own timeout, with no event of its own.
-            # An approval being answered is left to its responder: the failure may be its own deny.
-            for approval_id, approval in list(run.approvals.items()):
-                if approval.answer is None:
-                    self._resolve_approval(run, approval_id, "deny", accepted=False)
-        if event.tool == "clarify":
-            # The clarify call ended: a question of the plugin's still pending here went unanswered.
-            for clarify_id in list(run.plugin_clarify & run.clarifications.keys()):
-                if clarify_id not in run.answering:
-                    self._resolve_clarify(run, clarify_id, accepted=False, expired=True)
+    async def _perform_async(self, run: ActiveRun, outputs: list[tr.Output]) -> None:
+        for output in outputs:
+            match output:
+                case tr.AskApproval(event=event):
+                    await self._ask_approval(run, event)
+                case tr.Complete():
+                    await self._complete(run, output)
+                case _:
+                    self._perform(run, [output])
 
-    def _broadcast_tool(self, run: ActiveRun, state: ev.ToolState) -> None:
-        self._hub.broadcast(
-            run.account.id,
-            ev.ToolEvent(
-                conversation_id=run.conversation_id,
-                run_id=run.run_id,
-                tool_call_id=state.tool_call_id,
-                tool_name=state.tool_name,
-                status=state.status,
-                args_redacted=state.args_redacted if state.status == "running" else UNSET,
-                duration_ms=state.duration_ms,
-                error=state.error,
-                preview=state.preview,
-            ),
-        )
+    def _perform(self, run: ActiveRun, outputs: list[tr.Output]) -> None:
+        for output in outputs:
+            match output:
+                case tr.Emit(event=event):
+                    self._hub.broadcast(run.account.id, event)
+                case tr.StreamTool(event=tool):
+                    if run.merge is None:
+                        self._perform(
+                            run,
+                            tr.tool_began(run.view, tool)
+                            if isinstance(tool, tr.ToolBegan)
+                            else tr.tool_ended(run.view, tool),
+                        )
+                    elif isinstance(tool, tr.ToolBegan):
+                        run.merge.stream_started(tool)
+                    else:
+                        run.merge.stream_completed(tool)
+                case tr.AskClarify(held_id=held_id, question=question, choices=choices):
+                    self._ask_clarify(run, held_id, question, choices, by_plugin=False)
+                case tr.RetireClarify(held_id=held_id):
+                    self._retire_clarify(run, held_id, by_plugin=False)
+                case tr.ExpireUnansweredApprovals():
+                    # Hermes fails an unanswered approval closed after its own timeout, with no event of its own.
+                    # An approval being answered is left to its responder: the failure may be its own deny.
+                    for decision in run.decisions:
+                        if decision.kind == "approval" and not decision.answering:
+                            self._expire(run, decision.id)
+                case tr.ExpirePluginClarifications():
+                    for decision in run.decisions:
+                        if decision.kind == "clarify" and decision.by_plugin and not decision.answering:
+                            self._expire(run, decision.id)
+                case tr.Finish(status=status, error=error):
+                    self._finish(run, status, error)
+                case tr.AskApproval() | tr.Complete():
+                    raise AssertionError("performed by _perform_async")
 
-    async def _approval_requested(self, run: ActiveRun, event: hc.ApprovalRequest) -> None:
+    async def _ask_approval(self, run: ActiveRun, event: hc.ApprovalRequest) -> None:
         conversation = await self._conversations.get(run.account.id, run.conversation_id)
         keys = list(event.pattern_keys or ([event.pattern_key] if event.pattern_key else []))
         if conversation.yolo or (keys and set(keys) <= await self._conversations.approved_patterns(conversation.id)):
@@ -499,47 +456,61 @@ class RunManager:
             description=event.description or "",
             choices=list(event.choices or ["once", "session", "always", "deny"]),
         )
-        run.approvals[approval.approval_id] = PendingApproval(approval, keys)
-        self._approvals[approval.approval_id] = run
-        run.status = "waiting_for_approval"
-        self._hub.broadcast(run.account.id, approval)
+        self._ask(run, Decision(approval.approval_id, approval, pattern_keys=keys))
 
-    def _clarify_requested(self, run: ActiveRun, event: hc.ClarifyRequest) -> str:
+    def _ask_clarify(
+        self, run: ActiveRun, held_id: str, question: str, choices: list[str] | None, *, by_plugin: bool
+    ) -> str:
         clarify = ev.ClarifyRequest(
             clarify_id=secrets.token_hex(5),
             session_key=session_key(run.conversation_id),
             conversation_id=run.conversation_id,
             run_id=run.run_id,
-            question=event.question,
-            choices=list(event.choices) if event.choices else None,
+            question=question,
+            choices=choices,
         )
-        run.clarifications[clarify.clarify_id] = (event.clarify_id, clarify)
-        self._clarifications[clarify.clarify_id] = run
-        run.status = "waiting_for_clarification"
-        self._hub.broadcast(run.account.id, clarify)
+        self._ask(run, Decision(clarify.clarify_id, clarify, held_id=held_id, by_plugin=by_plugin))
         return clarify.clarify_id
 
-    def _clarify_retired(self, run: ActiveRun, held_id: str, *, by_plugin: bool) -> None:
+    def _ask(self, run: ActiveRun, decision: Decision) -> None:
+        run.decisions.ask(decision)
+        self._decision_runs[decision.id] = run
+        run.phase.move("awaiting_decision")  # a run being cancelled stays cancelling
+        self._hub.broadcast(run.account.id, decision.request)
+
+    def _retire_clarify(self, run: ActiveRun, held_id: str, *, by_plugin: bool) -> None:
         """Hermes (or the plugin) stopped waiting for an answer: unless a client's answer is on its way
         (its reply resolves it), the question expired."""
-        for clarify_id, (held, _) in list(run.clarifications.items()):
-            if held == held_id and (clarify_id in run.plugin_clarify) == by_plugin and clarify_id not in run.answering:
-                self._resolve_clarify(run, clarify_id, accepted=False, expired=True)
+        for decision in run.decisions:
+            if (
+                decision.kind == "clarify"
+                and decision.held_id == held_id
+                and decision.by_plugin == by_plugin
+                and not decision.answering
+            ):
+                self._expire(run, decision.id)
 
-    async def _complete(self, run: ActiveRun, output: str) -> None:
+    def _resolve(self, run: ActiveRun, decision_id: str, answer: Answer) -> None:
+        self._resolved(run, decision_id, run.decisions.resolve(decision_id, answer))
+
+    def _expire(self, run: ActiveRun, decision_id: str) -> None:
+        self._resolved(run, decision_id, run.decisions.expire(decision_id))
+
+    def _resolved(self, run: ActiveRun, decision_id: str, event: Resolved | None) -> None:
+        if event is None:
+            return
+        self._decision_runs.pop(decision_id, None)
+        if not run.decisions:
+            run.phase.move("running")  # refused once the run is cancelling or finished
+        self._hub.broadcast(run.account.id, event)
+
+    async def _complete(self, run: ActiveRun, completion: tr.Complete) -> None:
         if run.merge is not None:
             run.merge.flush()
             run.merge = None  # tool events the plugin pushes from now on would follow message.complete
-        run.message_completed = True
-        paths = media_paths(output)
-        final = strip_media(output)
-        run.draft = final
-        self._hub.broadcast(
-            run.account.id,
-            ev.MessageComplete(conversation_id=run.conversation_id, message_id=run.message_id, text=final),
-        )
-        if paths and not (run.extras.media and await self._plugin_media_arrived(run)):
-            await self._media_from_disk(run.turn, paths)
+        self._hub.broadcast(run.account.id, completion.message)
+        if completion.paths and not (run.extras.media and await self._plugin_media_arrived(run)):
+            await self._media_from_disk(run.turn, completion.paths)
         self._finish(run, "completed")
 
     async def _plugin_media_arrived(self, run: ActiveRun) -> bool:
@@ -566,32 +537,35 @@ class RunManager:
             return
         if run.merge is not None:
             run.merge.flush()
+        run.phase.move("finished")
         run.finished.set()
         if self._by_hermes.pop(run.hermes_run_id, None) is not None:
             self._recent[run.hermes_run_id] = run  # late plugin pushes (MEDIA: files) still find it
             while len(self._recent) > RECENT_RUNS:
                 self._recent.popitem(last=False)
-        for call_id, state in list(run.tools.items()):
-            if state.status == "running":
-                ended = ev.ToolState(
-                    tool_call_id=call_id, tool_name=state.tool_name, status="cancelled", run_id=run.run_id
-                )
-                run.tools[call_id] = ended
-                self._broadcast_tool(run, ended)
-        for approval_id, pending in list(run.approvals.items()):
-            self._resolve_at_finish(run, approval_id, pending.answer)
-        for clarify_id in list(run.clarifications):
-            if clarify_id in run.answering:  # its answer is on its way: the responder's, as for approvals
-                self._resolve_clarify(run, clarify_id, accepted=True, request_id=run.answering[clarify_id])
-            else:
-                self._resolve_clarify(run, clarify_id, accepted=False, expired=True)
+        self._perform(run, tr.end_running_tools(run.view))
+        for resolved in run.decisions.settle_all():
+            self._decision_runs.pop(resolved_id(resolved), None)
+            self._hub.broadcast(run.account.id, resolved)
         self._last_tools[run.conversation_id] = list(run.tools.values())
         if not run.message_completed:  # cancelled or failed: the turn still ends with its message, as drafted
-            run.message_completed = True
+            run.view.message_completed = True
             self._hub.broadcast(
                 run.account.id,
                 ev.MessageComplete(conversation_id=run.conversation_id, message_id=run.message_id, text=run.draft),
             )
+        self._settled.add(
+            run.conversation_id,
+            SettledTurn(
+                run_id=run.run_id,
+                user_message_id=run.user_message_id,
+                answer_message_id=run.message_id,
+                user_text=run.user_text,
+                answer_text=run.draft,
+                stored_before=run.stored_before,
+                finished_at=time.monotonic(),
+            ),
+        )
         self.release(run)
         self._transitions[run.conversation_id] += 1
         self._hub.broadcast(
@@ -600,16 +574,9 @@ class RunManager:
                 conversation_id=run.conversation_id,
                 run_id=run.run_id,
                 status=status,
-                error=_short(error) if status == "failed" and error else UNSET,
+                error=sanitize_error(error) if status == "failed" and error else UNSET,
             ),
         )
-
-    def _resolve_at_finish(self, run: ActiveRun, approval_id: str, answer: ApprovalAnswer | None) -> None:
-        """The run ended: an unanswered approval was denied; one being answered keeps its responder's choice."""
-        if answer is None:
-            self._resolve_approval(run, approval_id, "deny", accepted=False)
-        else:
-            self._resolve_approval(run, approval_id, answer.choice, accepted=True, request_id=answer.request_id)
 
     # --- client decisions ----------------------------------------------------------------
 
@@ -624,13 +591,14 @@ class RunManager:
             if not await _made_in_time(run) or self._by_conversation.get(conversation_id) is not run:
                 raise NotFound("The run did not start")
         run.cancel_requested = True
+        run.view.cancelling = True
         try:
             await run.client.stop_run(run.hermes_run_id)
         except hc.HermesNotFound:
             raise NotFound("The run can no longer be interrupted") from None
         except hc.HermesError as exc:
-            raise UpstreamFailure(f"Hermes did not stop the run: {exc}") from None
-        run.status = "cancelling"
+            raise UpstreamFailure(f"Hermes did not stop the run: {sanitize_error(exc.message)}") from None
+        run.phase.move("cancelling")
         try:
             await asyncio.wait_for(asyncio.shield(run.finished.wait()), timeout=CANCEL_GRACE_SECONDS)
         except TimeoutError:
@@ -641,169 +609,112 @@ class RunManager:
     async def respond_approval(
         self, account_id: str, approval_id: str, choice: str, request_id: str | UnsetType
     ) -> None:
-        run = self._approvals.get(approval_id)
-        pending = run.approvals.get(approval_id) if run is not None and run.account.id == account_id else None
-        if run is None or pending is None or pending.answer is not None:
+        run = self._decision_runs.get(approval_id)
+        answer = Answer(choice, request_id)
+        decision = (
+            run.decisions.begin_answer(approval_id, "approval", answer)
+            if run is not None and run.account.id == account_id
+            else None
+        )
+        if run is None or decision is None:
             raise ApprovalNotFound()  # unknown, stale, or another client's answer is already on its way
-        pending.answer = ApprovalAnswer(choice, request_id)
         try:
             await run.client.respond_approval(run.hermes_run_id, choice)
         except (hc.HermesNotFound, hc.HermesRejected):
-            if approval_id not in run.approvals:
+            if approval_id not in run.decisions:
                 return  # the run ended meanwhile and resolved it with this answer
-            self._resolve_approval(run, approval_id, "deny", accepted=False)
+            self._expire(run, approval_id)
             raise ApprovalNotFound() from None
         except BaseException as exc:
-            if isinstance(exc, Exception) and approval_id not in run.approvals:
+            if isinstance(exc, Exception) and approval_id not in run.decisions:
                 return  # the run ended meanwhile and resolved it with this answer
-            pending.answer = None  # Hermes never took it: the approval waits for an answer again
+            run.decisions.answer_not_taken(approval_id)  # Hermes never took it: it waits for an answer again
             raise
         if choice == "session":
-            for key in pending.pattern_keys:
+            for key in decision.pattern_keys:
                 await self._conversations.approve_pattern(run.conversation_id, key)
-        self._resolve_approval(run, approval_id, choice, accepted=True, request_id=request_id)
-
-    def _resolve_approval(
-        self,
-        run: ActiveRun,
-        approval_id: str,
-        choice: str,
-        *,
-        accepted: bool,
-        request_id: str | UnsetType = UNSET,
-    ) -> None:
-        if run.approvals.pop(approval_id, None) is None:
-            return
-        self._approvals.pop(approval_id, None)
-        if not run.approvals and not run.clarifications and not run.finished.is_set():
-            run.status = "running"
-        self._hub.broadcast(
-            run.account.id,
-            ev.ApprovalResolved(approval_id=approval_id, choice=choice, accepted=accepted, request_id=request_id),
-        )
+        self._resolve(run, approval_id, answer)
 
     async def respond_clarify(
         self, account_id: str, clarify_id: str, response: str, request_id: str | UnsetType
     ) -> None:
-        run = self._clarifications.get(clarify_id)
-        if run is None or run.account.id != account_id or clarify_id not in run.clarifications:
-            raise ClarifyNotFound()
-        if clarify_id in run.answering:
-            raise ClarifyNotFound()  # another client's answer is already on its way
-        held_id, _ = run.clarifications[clarify_id]
-        run.answering[clarify_id] = request_id  # the question may be retired before the answer's reply is back
+        run = self._decision_runs.get(clarify_id)
+        answer = Answer(response, request_id)
+        decision = (
+            run.decisions.begin_answer(clarify_id, "clarify", answer)
+            if run is not None and run.account.id == account_id
+            else None
+        )
+        if run is None or decision is None:
+            raise ClarifyNotFound()  # unknown, stale, or another client's answer is already on its way
         try:
-            answered = await self._answer_clarify(run, clarify_id, held_id, response)
-        except Exception:
-            if clarify_id not in run.clarifications:
+            answered = await self._answer_clarify(run, decision, response)
+        except BaseException as exc:
+            if isinstance(exc, Exception) and clarify_id not in run.decisions:
                 return  # the run ended meanwhile and resolved it with this answer
+            run.decisions.answer_not_taken(clarify_id)
             raise
-        finally:
-            run.answering.pop(clarify_id, None)
-        if clarify_id not in run.clarifications:
+        if clarify_id not in run.decisions:
             return  # the run ended meanwhile and resolved it with this answer
         if not answered:
-            self._resolve_clarify(run, clarify_id, accepted=False, expired=True)
+            self._expire(run, clarify_id)
             raise ClarifyNotFound()
-        self._resolve_clarify(run, clarify_id, accepted=True, request_id=request_id)
+        self._resolve(run, clarify_id, answer)
 
-    async def _answer_clarify(self, run: ActiveRun, clarify_id: str, held_id: str, response: str) -> bool:
+    async def _answer_clarify(self, run: ActiveRun, decision: Decision, response: str) -> bool:
         """Hand the answer to whoever holds the question (the plugin or Hermes); False if it no longer waits."""
-        if clarify_id in run.plugin_clarify and self._plugin is not None:
-            return await self._plugin.answer_clarify(held_id, response)
+        if decision.by_plugin and self._plugin is not None:
+            return await self._plugin.answer_clarify(decision.held_id, response)
         try:
-            await run.client.respond_clarify(run.hermes_run_id, held_id, response)
+            await run.client.respond_clarify(run.hermes_run_id, decision.held_id, response)
         except (hc.HermesNotFound, hc.HermesRejected):
             return False
         return True
 
-    def _resolve_clarify(
-        self,
-        run: ActiveRun,
-        clarify_id: str,
-        *,
-        accepted: bool,
-        expired: bool = False,
-        request_id: str | UnsetType = UNSET,
-    ) -> None:
-        if run.clarifications.pop(clarify_id, None) is None:
-            return
-        self._clarifications.pop(clarify_id, None)
-        if not run.approvals and not run.clarifications and not run.finished.is_set():
-            run.status = "running"
-        self._hub.broadcast(
-            run.account.id,
-            ev.ClarifyResolved(
-                clarify_id=clarify_id, accepted=accepted, expired=expired or UNSET, request_id=request_id
-            ),
-        )
-
     # --- pushes of the companion plugin (keyed by Hermes's run id) ----------------------------
 
     def plugin_run(self, hermes_run_id: str) -> ActiveRun | None:
-        """The active, or recently finished, run behind a Hermes run id."""
-        return self._by_hermes.get(hermes_run_id) or self._recent.get(hermes_run_id)
+        """The active, or recently finished, run behind a Hermes run id, of the plugin's gateway only.
 
-    def plugin_tool_started(self, hermes_run_id: str, tool_call_id: str, tool: str, args: dict[str, object]) -> None:
-        run = self._by_hermes.get(hermes_run_id)
-        if run is None or run.merge is None:
-            return
-        run.merge.plugin_started(
-            hc.ToolStarted(
-                run_id=hermes_run_id, timestamp=time.time(), tool=tool, tool_call_id=tool_call_id, args=dict(args)
-            )
-        )
+        The plugin is installed in the server's Hermes: a run of an account with a gateway of its
+        own is none of its business, whatever id a push names."""
+        run = self._by_hermes.get(hermes_run_id) or self._recent.get(hermes_run_id)
+        return run if run is not None and _on_servers_hermes(run) else None
 
-    def plugin_tool_completed(
-        self,
-        hermes_run_id: str,
-        tool_call_id: str,
-        tool: str,
-        duration_ms: int | None,
-        outcome: ev.ToolStatus,
-        error: str | None,
-    ) -> None:
+    def _plugin_active_run(self, hermes_run_id: str) -> ActiveRun | None:
         run = self._by_hermes.get(hermes_run_id)
-        if run is None or run.merge is None:
-            return
-        run.merge.plugin_completed(
-            hc.ToolCompleted(
-                run_id=hermes_run_id, timestamp=time.time(), tool=tool,
-                duration=duration_ms / 1000 if duration_ms is not None else None,
-                error=outcome != "completed", tool_call_id=tool_call_id,
-                error_message=error or UNSET, cancelled=outcome == "cancelled",
-            )
-        )  # fmt: skip
+        return run if run is not None and _on_servers_hermes(run) else None
 
-    def plugin_clarify_requested(
-        self, hermes_run_id: str, plugin_clarify_id: str, question: str, choices: list[str] | None
-    ) -> bool:
-        """A clarify question the plugin holds the run for; False when no client can be asked."""
-        run = self._by_hermes.get(hermes_run_id)
-        if run is None or run.message_completed or run.finished.is_set() or not run.extras.clarify:
-            return False
-        clarify_id = self._clarify_requested(
-            run,
-            hc.ClarifyRequest(
-                run_id=hermes_run_id,
-                timestamp=time.time(),
-                clarify_id=plugin_clarify_id,
-                question=question,
-                choices=choices,
-            ),
-        )
-        run.plugin_clarify.add(clarify_id)
+    def plugin_push(self, push: PluginInput) -> bool:
+        """Take one push of the plugin; False when it found nothing to act on (for a clarification:
+        no client can be asked, so the plugin lets the run go on)."""
+        match push:
+            case PluginToolStarted():
+                run = self._plugin_active_run(push.hermes_run_id)
+                if run is None or run.merge is None:
+                    return False
+                run.merge.plugin_started(push.began())
+            case PluginToolEnded():
+                run = self._plugin_active_run(push.hermes_run_id)
+                if run is None or run.merge is None:
+                    return False
+                run.merge.plugin_completed(push.ended())
+            case PluginClarifyAsked():
+                run = self._plugin_active_run(push.hermes_run_id)
+                if run is None or run.message_completed or run.finished.is_set() or not run.extras.clarify:
+                    return False
+                self._ask_clarify(run, push.clarify_id, push.question, push.choices, by_plugin=True)
+            case PluginClarifyExpired():
+                run = self._plugin_active_run(push.hermes_run_id)
+                if run is None:
+                    return False
+                self._retire_clarify(run, push.clarify_id, by_plugin=True)
+            case PluginMediaDone():
+                run = self.plugin_run(push.hermes_run_id)
+                if run is None:
+                    return False
+                run.media_done.set()
         return True
-
-    def plugin_clarify_expired(self, hermes_run_id: str, plugin_clarify_id: str) -> None:
-        run = self._by_hermes.get(hermes_run_id)
-        if run is not None:
-            self._clarify_retired(run, plugin_clarify_id, by_plugin=True)
-
-    def plugin_media_done(self, hermes_run_id: str) -> None:
-        run = self.plugin_run(hermes_run_id)
-        if run is not None:
-            run.media_done.set()
 
     # --- unsolicited output and shutdown -------------------------------------------------
 
@@ -848,23 +759,15 @@ class RunManager:
         await asyncio.gather(*readers, return_exceptions=True)
 
 
+def _on_servers_hermes(run: ActiveRun) -> bool:
+    return not run.account.hermes.url
+
+
 async def _made_in_time(run: ActiveRun) -> bool:
     """Wait (bounded) for a reserved run's start to end; whether it made the Hermes run."""
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(run.started.wait(), timeout=START_WAIT_SECONDS)
     return run.made
-
-
-def _tool_outcome(event: hc.ToolCompleted, *, cancelling: bool) -> ev.ToolStatus:
-    """A call that ended with an error while its run was being cancelled was interrupted, not failed."""
-    if not event.error:
-        return "completed"
-    return "cancelled" if event.cancelled is True or cancelling else "failed"
-
-
-def _short(text: str, limit: int = 500) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _text_turns(stored: list[hc.SessionMessage]) -> list[dict[str, str]]:
