@@ -667,6 +667,25 @@ async def test_failed_run(owner: PhebyClient) -> None:
     assert frames[-2]["message_id"] == frames[1]["message_id"]
 
 
+HOSTILE_ERROR = (
+    "Error code: 401 - provider https://api.provider.example/v1/chat said: Incorrect API key "
+    "sk-proj-4f9a8b7c6d5e4f3a2b1c provided; config at /home/hermes/.hermes/config.yaml, "
+    "upstream 10.0.3.7:8642, Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl"
+)
+
+
+async def test_a_failed_runs_error_reaches_the_client_scrubbed(owner: PhebyClient) -> None:
+    conversation_id = await new_conversation(owner)
+    frames = await run_to_end(owner, conversation_id, f"/demo fail {HOSTILE_ERROR}")
+    finished = frames[-1]
+    assert finished["status"] == "failed"
+    error = finished["error"]
+    assert error.startswith("Error code: 401")  # still says what went wrong
+    for leaked in ("https://", "api.provider.example", "sk-proj", "/home/hermes", "config.yaml", "10.0.3.7", "8642",
+                   "eyJhbGci", "c2lnbmF0dXJl"):  # fmt: skip
+        assert leaked not in json.dumps(frames), leaked
+
+
 async def test_tool_events_are_structured_and_redacted(owner: PhebyClient) -> None:
     conversation_id = await new_conversation(owner)
     frames = await run_to_end(owner, conversation_id, "/demo tool")
