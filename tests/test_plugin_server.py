@@ -14,6 +14,8 @@ from litestar.testing import AsyncTestClient
 import hermes_client as hc
 from demo_hermes import DemoHermesServer
 from handlers.app import create_app
+from pheby.accounts import HermesAccountSettings
+from pheby.conversation_settings import ConversationSettings
 from pheby.plugin_link import PluginExtras, PluginLink, SessionSettings
 from pheby.runs.plugin_inputs import PluginToolEnded, PluginToolStarted
 from pheby.runs.translate import ToolBegan, ToolEnded, began_from_stream, ended_from_stream
@@ -21,6 +23,7 @@ from pheby.settings import Settings
 from pheby.tool_merge import ToolMerge
 from tests.conftest import TEST_SECRET
 from tests.live_server import LiveServer
+from tests.test_ws_e2e import add_account
 from tests.ws_client import PhebyClient
 
 pytestmark = pytest.mark.anyio
@@ -432,3 +435,45 @@ async def test_plugin_pushes_after_message_complete_are_not_relayed(
     assert client.seen("tool.event", run_id=run_id) == []
     assert client.seen("clarify.request") == []
     await client.close()
+
+
+async def test_plugin_pushes_never_touch_runs_of_another_gateway(
+    start_live_server: Callable[[Settings], LiveServer],
+    live_settings: Callable[..., Settings],
+    make_demo_hermes: Callable[..., DemoHermesServer],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The plugin lives in the server's Hermes: a push naming a run of an account with its own gateway
+    is ignored, even were that run given the plugin's extras."""
+    other = make_demo_hermes()
+    monkeypatch.setattr(ConversationSettings, "extras_for", lambda self, account: LIVE)
+    server, _, _ = await plugin_live_server(start_live_server, live_settings, monkeypatch)
+    token = await add_account(server.settings, "bob", HermesAccountSettings(url=other.base_url, api_key=other.api_key))
+    bob = await PhebyClient.connect(server.ws_url, token)
+    conversation_id = (await bob.request("conversation.create", "conversation.created"))["conversation_id"]
+    accepted = await bob.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo approve")
+    run_id = accepted["run_id"]
+    request = await bob.expect("approval.request", run_id=run_id)  # the run goes on on bob's own gateway
+    hermes_run_id = hermes_run_of(other, conversation_id)
+    push = {"run_id": hermes_run_id, "session_id": f"pheby_{conversation_id}", "tool_call_id": "call_evil"}
+    pushes = [
+        {**push, "event": "tool.start", "tool": "terminal", "args": {"command": "cat /etc/passwd"}},
+        {**push, "event": "tool.end", "tool": "terminal", "duration_ms": 5, "status": "ok", "error": None},
+        {**push, "event": "clarify.request", "clarify_id": "c1", "question": "Sure?", "choices": None, "timeout": 5},
+        {"event": "media.done", "run_id": hermes_run_id, "offered": 1, "pushed": 1},
+    ]
+    async with httpx.AsyncClient(base_url=server.base_url, headers={"X-Pheby-Plugin-Secret": PLUGIN_SECRET}) as http:
+        replies = [await http.post("/internal/hermes-plugin/events", json=body) for body in pushes]
+        assert [r.status_code for r in replies] == [200, 200, 200, 200]
+        assert replies[2].json()["accepted"] is False
+        media = await http.post(
+            f"/internal/hermes-plugin/media?run_id={hermes_run_id}&filename=a.png", content=b"\x89PNG", headers={}
+        )
+        assert media.status_code == 404
+    await bob.send("approval.respond", approval_id=request["approval_id"], choice="deny")
+    finished = await bob.expect("run.finished", run_id=run_id)
+    assert finished["status"] == "completed"
+    assert bob.seen("tool.event", tool_call_id="call_evil") == []
+    assert bob.seen("clarify.request") == []
+    assert bob.seen("attachment.added") == []
+    await bob.close()
