@@ -317,3 +317,15 @@ def test_kept_turns_are_bounded() -> None:
     now[0] = 11.0
     kept.merged("c", [])
     assert len(kept) == 0
+
+
+def test_turns_of_conversations_nobody_opens_are_bounded_in_all() -> None:
+    now = [0.0]
+    kept = SettledTurns(total=4, max_age=10.0, clock=lambda: now[0])
+    for i in range(6):
+        kept.add(f"c{i}", turn(f"r{i}", "q", "a"))
+    assert len(kept) == 4
+    assert kept.merged("c0", []) == []  # the stalest went first
+    now[0] = 20.0
+    kept.add("c9", SettledTurn("r9", "user-r9", "draft-r9", "q", "a", 0, finished_at=20.0))
+    assert len(kept) == 1  # the others grew too old

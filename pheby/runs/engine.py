@@ -345,7 +345,8 @@ class RunManager:
         if ids and self._anchor_turn is not None:
             await self._anchor_turn(run.conversation_id, ids)
             self._transitions[run.conversation_id] += 1
-        if user_id:  # the transcript holds the turn now: snapshots from here on read it there
+        if user_id and (answer_id or not run.draft.strip()):
+            # The transcript holds the turn now: snapshots from here on read it there.
             self._settled.stored(run.conversation_id, run.run_id, user_id, answer_id)
 
     async def _read(self, run: ActiveRun) -> None:

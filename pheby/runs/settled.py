@@ -8,12 +8,12 @@ merges the turns its transcript lacks, in order, without duplicates.
 
 A turn is dropped once the after-turn work found it stored and no snapshot read that began before
 that is still under way (so no read can miss it), or when more than `per_conversation` turns of a
-conversation are kept, or after `max_age` seconds.
+conversation (or `total` in all) are kept, or after `max_age` seconds.
 """
 
 import itertools
 import time
-from collections import defaultdict, deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pheby.events import HistoryMessage
 
 PER_CONVERSATION = 32
+TOTAL = 4096
 MAX_AGE_SECONDS = 600.0
 
 
@@ -41,23 +42,37 @@ class SettledTurns:
         self,
         per_conversation: int = PER_CONVERSATION,
         max_age: float = MAX_AGE_SECONDS,
+        total: int = TOTAL,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._per_conversation = per_conversation
         self._max_age = max_age
+        self._total = total
         self._clock = clock
-        self._turns: defaultdict[str, deque[SettledTurn]] = defaultdict(deque)
+        # Conversations in the order a turn of theirs last finished, so the stalest go first.
+        self._turns: OrderedDict[str, deque[SettledTurn]] = OrderedDict()
+        self._count = 0
         self._sequence = itertools.count(1)
         self._reads: dict[int, int] = {}  # read token → the sequence number it began at
 
     def __len__(self) -> int:
-        return sum(len(turns) for turns in self._turns.values())
+        return self._count
 
     def add(self, conversation_id: str, turn: SettledTurn) -> None:
-        turns = self._turns[conversation_id]
+        turns = self._turns.setdefault(conversation_id, deque())
+        self._turns.move_to_end(conversation_id)
         turns.append(turn)
-        while len(turns) > self._per_conversation:
+        self._count += 1
+        if len(turns) > self._per_conversation:
             turns.popleft()
+            self._count -= 1
+        # The stalest conversations: past their age, or beyond the total, their turns go.
+        while self._turns:
+            stalest_id, stalest = next(iter(self._turns.items()))
+            if self._count <= self._total and self._clock() - stalest[-1].finished_at < self._max_age:
+                break
+            self._count -= len(stalest)
+            del self._turns[stalest_id]
 
     def stored(self, conversation_id: str, run_id: str, user_id: str | None, answer_id: str | None) -> None:
         """The after-turn work read the transcript and found the turn in it (with these history ids)."""
@@ -71,7 +86,7 @@ class SettledTurns:
         self._prune(conversation_id)
 
     def forget(self, conversation_id: str) -> None:
-        self._turns.pop(conversation_id, None)
+        self._count -= len(self._turns.pop(conversation_id, ()))
 
     @contextmanager
     def reading(self, conversation_id: str) -> Iterator[None]:
@@ -116,6 +131,7 @@ class SettledTurns:
             if now - turn.finished_at < self._max_age
             and (turn.stored_at is None or (oldest_read is not None and oldest_read < turn.stored_at))
         )
+        self._count -= len(turns) - len(kept)
         if kept:
             self._turns[conversation_id] = kept
         else:
