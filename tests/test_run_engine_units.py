@@ -1,5 +1,6 @@
 """The run engine's parts without sockets or Hermes: phases, decisions, the translation, recovery, kept turns."""
 
+import asyncio
 import itertools
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -12,7 +13,7 @@ from pheby import events as ev
 from pheby.runs import translate as tr
 from pheby.runs.decisions import Answer, Decision, Decisions
 from pheby.runs.phase import ALLOWED, RunPhase
-from pheby.runs.reader import LOST_ERROR, Outcome, RecoveryTiming, settle
+from pheby.runs.reader import LOST_ERROR, Outcome, RecoveryTiming, settle, watch_stream
 from pheby.runs.settled import SettledTurn, SettledTurns
 
 pytestmark = pytest.mark.anyio
@@ -270,6 +271,39 @@ async def test_a_run_hermes_forgot_is_lost_at_once() -> None:
     assert outcome == Outcome("lost")
     assert client.calls == 1
     assert "Lost contact with Hermes" in LOST_ERROR
+
+
+async def test_a_quiet_stream_is_watched_and_a_silent_hermes_noticed() -> None:
+    now = [0.0]
+    down = hc.HermesUnavailable("cannot reach Hermes")
+    client = StatusClient(["running"] * 10 + [down] * 20, now)
+
+    async def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    def quiet_since() -> float | None:
+        return 0.0  # the reader has waited for an event since the start
+
+    await watch_stream(client, "h", quiet_since, RecoveryTiming(), clock=lambda: now[0], sleep=sleep)  # type: ignore[arg-type]
+    last_answer = 11.0  # the 10th status request, at t = 2 + 9 s
+    assert 5.0 <= now[0] - last_answer <= 7.0
+
+
+async def test_a_busy_stream_is_left_alone() -> None:
+    now = [0.0]
+    client = StatusClient([hc.HermesUnavailable("down")], now)
+    sleeps = 0
+
+    async def sleep(seconds: float) -> None:
+        nonlocal sleeps
+        sleeps += 1
+        now[0] += seconds
+        if sleeps > 30:
+            raise asyncio.CancelledError
+
+    with pytest.raises(asyncio.CancelledError):
+        await watch_stream(client, "h", lambda: None, RecoveryTiming(), clock=lambda: now[0], sleep=sleep)  # type: ignore[arg-type]
+    assert client.calls == 0
 
 
 # --- finished turns kept for snapshots ----------------------------------------------------------------

@@ -31,6 +31,8 @@ class CuttingProxy:
         self.upstream_port: int | None = upstream_port
         self._server: asyncio.Server | None = None
         self._transports: set[asyncio.StreamWriter] = set()
+        self._flowing = asyncio.Event()
+        self._flowing.set()
 
     async def start(self) -> int:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
@@ -38,6 +40,8 @@ class CuttingProxy:
         return port
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._transports.add(writer)
+        await self._flowing.wait()  # frozen: the connection is held open, and nothing answers
         if self.upstream_port is None:
             writer.transport.abort()
             return
@@ -51,6 +55,7 @@ class CuttingProxy:
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             with contextlib.suppress(OSError):
                 while data := await src.read(65536):
+                    await self._flowing.wait()
                     dst.write(data)
                     await dst.drain()
             dst.transport.abort()
@@ -63,12 +68,17 @@ class CuttingProxy:
         finally:
             self._transports.difference_update((writer, up_writer))
 
+    def freeze(self) -> None:
+        """Like a host that went silent: connections stay open, but no byte moves any more."""
+        self._flowing.clear()
+
     def cut(self) -> None:
         """Drop every open connection (new ones are let through)."""
         for writer in list(self._transports):
             writer.transport.abort()
 
     async def stop(self) -> None:
+        self._flowing.set()
         self.cut()
         if self._server is not None:
             self._server.close()
@@ -174,6 +184,23 @@ async def test_hermes_gone_mid_run_fails_the_run_and_a_new_hermes_serves_the_nex
         first.stop()
         if second is not None:
             second.stop()
+
+
+async def test_hermes_silent_mid_run_fails_the_run_within_ten_seconds(
+    proxied: tuple[LiveServer, CuttingProxy],
+) -> None:
+    """No connection closes (a frozen host, a proxy that keeps the sockets): silence is noticed all the same."""
+    server, proxy = proxied
+    client, conversation_id = await open_chat(server)
+    accepted = await client.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo slow")
+    await client.expect("message.delta")
+    frozen_at = time.monotonic()
+    proxy.freeze()
+    finished = await client.expect("run.finished", timeout=30, run_id=accepted["run_id"])
+    assert time.monotonic() - frozen_at < 10
+    assert finished["status"] == "failed"
+    assert finished["error"] == "Lost contact with Hermes; the run was stopped"
+    await client.close()
 
 
 async def test_hermes_down_at_the_start_frees_the_slot_and_the_attachment(

@@ -49,7 +49,7 @@ from pheby.runs.plugin_inputs import (
     PluginToolEnded,
     PluginToolStarted,
 )
-from pheby.runs.reader import DEFAULT_TIMING, LOST_ERROR, RecoveryTiming, settle, stop_lost
+from pheby.runs.reader import DEFAULT_TIMING, LOST_ERROR, RecoveryTiming, settle, stop_lost, watch_stream
 from pheby.runs.settled import SettledTurn, SettledTurns
 from pheby.tool_merge import ToolMerge
 
@@ -351,27 +351,55 @@ class RunManager:
 
     async def _read(self, run: ActiveRun) -> None:
         try:
-            await self._follow(run)
-            if not run.finished.is_set():
+            if await self._follow(run):
+                await self._lost(run)
+            elif not run.finished.is_set():
                 await self._recover(run)
         except asyncio.CancelledError:
             if not run.finished.is_set():
-                self._finish(run, "cancelled" if run.cancel_requested else "failed", LOST_ERROR)
+                self._finish(run, "cancelled" if run.cancel_requested else "failed", "The run stream ended")
             raise
         except Exception:
             log.exception("run %s reader crashed", run.run_id)
             self._finish(run, "failed", "Internal error while streaming the run")
 
-    async def _follow(self, run: ActiveRun) -> None:
-        """Translate the run's event stream until its end, or until the stream is lost."""
+    async def _follow(self, run: ActiveRun) -> bool:
+        """Translate the run's event stream until its end or until it is lost; True when Hermes went
+        silent with the stream still open (see `reader.watch_stream`)."""
+        waiting_since: list[float | None] = [time.monotonic()]
+
+        async def consume() -> None:
+            try:
+                async with contextlib.aclosing(run.client.run_events(run.hermes_run_id)) as events:
+                    async for event in events:
+                        waiting_since[0] = None
+                        await self._perform_async(run, tr.translate(run.view, event))
+                        if run.finished.is_set():
+                            return
+                        waiting_since[0] = time.monotonic()
+            except hc.HermesError as exc:
+                log.warning("run %s: its event stream was lost (%s); asking Hermes how it goes", run.run_id, exc)
+
+        consumer = asyncio.create_task(consume(), name=f"stream-{run.run_id}")
+        watchdog = asyncio.create_task(
+            watch_stream(run.client, run.hermes_run_id, lambda: waiting_since[0], self._recovery),
+            name=f"watch-{run.run_id}",
+        )
         try:
-            async with contextlib.aclosing(run.client.run_events(run.hermes_run_id)) as events:
-                async for event in events:
-                    await self._perform_async(run, tr.translate(run.view, event))
-                    if run.finished.is_set():
-                        return
-        except hc.HermesError as exc:
-            log.warning("run %s: its event stream was lost (%s); asking Hermes how it goes", run.run_id, exc)
+            await asyncio.wait((consumer, watchdog), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            silent = watchdog.done() and not consumer.done()
+            for task in (consumer, watchdog):
+                task.cancel()
+            await asyncio.gather(consumer, watchdog, return_exceptions=True)
+        if consumer.done() and not consumer.cancelled() and consumer.exception() is not None:
+            raise consumer.exception()  # type: ignore[misc]
+        return silent
+
+    async def _lost(self, run: ActiveRun) -> None:
+        """Hermes can't say how the run goes: stop it (best effort) and say so."""
+        await stop_lost(run.client, run.hermes_run_id, self._recovery)
+        self._finish(run, "cancelled" if run.cancel_requested else "failed", LOST_ERROR)
 
     async def _recover(self, run: ActiveRun) -> None:
         """The stream is gone but the run may go on: the run stays active until Hermes says it ended."""
@@ -387,8 +415,7 @@ class RunManager:
             case "failed":
                 self._finish(run, "failed", outcome.error or "The run failed")
             case "lost":
-                await stop_lost(run.client, run.hermes_run_id, self._recovery)
-                self._finish(run, "cancelled" if run.cancel_requested else "failed", LOST_ERROR)
+                await self._lost(run)
 
     # --- performing what the translation asks --------------------------------------------
 
