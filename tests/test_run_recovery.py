@@ -105,6 +105,10 @@ async def open_chat(server: LiveServer) -> tuple[PhebyClient, str]:
     return client, created["conversation_id"]
 
 
+async def send(client: PhebyClient, conversation_id: str, text: str) -> dict[str, Any]:
+    return await client.request("chat.send", "run.accepted", conversation_id=conversation_id, text=text)
+
+
 async def test_a_cut_stream_keeps_the_run_until_hermes_ends_it(proxied: tuple[LiveServer, CuttingProxy]) -> None:
     server, proxy = proxied
     client, conversation_id = await open_chat(server)
@@ -128,6 +132,53 @@ async def test_a_cut_stream_keeps_the_run_until_hermes_ends_it(proxied: tuple[Li
     assert history["run"] is None
     assert history["messages"][-1]["text"] == complete["text"]
     await client.close()
+
+
+async def test_a_run_finished_after_its_stream_was_cut_delivers_its_files_and_answers_approvals(
+    start_live_server: Callable[[Settings], LiveServer],
+    live_settings: Callable[..., Settings],
+    make_demo_hermes: Callable[..., DemoHermesServer],
+) -> None:
+    hermes = make_demo_hermes(delta_delay=0.3)  # slow enough to cut each reply mid-way
+    proxy = CuttingProxy(hermes.port)
+    port = await proxy.start()
+    url = f"http://127.0.0.1:{port}"
+    server = start_live_server(
+        live_settings(hermes_url=url, hermes_dashboard_url=url, hermes_api_key=hermes.api_key,
+                      hermes_dashboard_token=hermes.dashboard_token, media_roots=(hermes.media_dir,))
+    )  # fmt: skip
+    try:
+        client, conversation_id = await open_chat(server)
+        accepted = await client.request(
+            "chat.send", "run.accepted", conversation_id=conversation_id, text="/demo image"
+        )
+        await client.expect("message.delta")
+        proxy.cut()
+        finished = await client.expect("run.finished", timeout=20, run_id=accepted["run_id"])
+        assert finished["status"] == "completed"
+        [complete] = client.seen("message.complete")
+        assert complete["text"] == "Here is the picture you asked for."  # MEDIA: tag resolved and stripped
+        [added] = client.seen("attachment.added")
+        assert added["attachment"]["message_id"] == complete["message_id"]
+
+        # An approval asked before the cut can still be answered; the run's end is learnt from Hermes.
+        accepted = await client.request(
+            "chat.send", "run.accepted", conversation_id=conversation_id, text="/demo approve"
+        )
+        request = await client.expect("approval.request", run_id=accepted["run_id"])
+        proxy.cut()
+        await asyncio.sleep(0.3)
+        opened = await client.request("conversation.open", "conversation.history", conversation_id=conversation_id)
+        assert opened["run"]["status"] == "waiting_for_approval"
+        resolved = await client.request("approval.respond", "approval.resolved", approval_id=request["approval_id"],
+                                        choice="once")  # fmt: skip
+        assert resolved["accepted"] is True
+        finished = await client.expect("run.finished", timeout=20, run_id=accepted["run_id"])
+        assert finished["status"] == "completed"
+        assert client.seen("message.complete")[-1]["text"] == "Approved (once). I removed /tmp/build-output."
+        await client.close()
+    finally:
+        await proxy.stop()
 
 
 async def test_a_cancel_while_the_stream_is_lost_still_cancels(proxied: tuple[LiveServer, CuttingProxy]) -> None:
