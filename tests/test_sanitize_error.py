@@ -1,8 +1,12 @@
-"""`pheby.redact.sanitize_error`: Hermes error text made fit for a client."""
+"""`pheby.redact.sanitize_error`: Hermes error text made fit for a client, wherever it is shown."""
 
 import pytest
 
+import hermes_client as hc
+from pheby.errors import PhebyError
+from pheby.models import _call as models_call
 from pheby.redact import ERROR_TEXT_MAX, sanitize_error
+from pheby.tasks import _hermes_errors
 
 HOSTILE = [
     ("Connection to https://api.openai.com/v1/chat/completions failed", ["https", "api.openai.com", "/v1"]),
@@ -52,3 +56,22 @@ def test_length_and_whitespace_are_bounded() -> None:
     assert clean.endswith("…")
     assert "\n" not in clean
     assert sanitize_error("a\n b") == "a b"
+
+
+@pytest.mark.anyio
+async def test_upstream_messages_built_from_hermes_errors_are_scrubbed() -> None:
+    """Scheduled-task refusals and dashboard refusals quote Hermes's text: it goes through the sanitiser."""
+    hostile = "Invalid schedule: see /home/hermes/.hermes/cron.yaml on 10.1.2.3:9119 (key sk-live-abcdef123456)"
+    with pytest.raises(PhebyError) as task_error, _hermes_errors(collection=False):
+        raise hc.HermesUpstreamError(hostile, status=500)
+    with pytest.raises(PhebyError) as rejected, _hermes_errors(collection=False):
+        raise hc.HermesRejected(hostile, status=400)
+
+    async def refused() -> None:
+        raise hc.HermesRejected(hostile, status=400)
+
+    with pytest.raises(PhebyError) as model_error:
+        await models_call(refused())
+    for error in (task_error.value, rejected.value, model_error.value):
+        for leaked in ("/home/hermes", "cron.yaml", "10.1.2.3", "9119", "sk-live"):
+            assert leaked not in error.message, (leaked, error.message)

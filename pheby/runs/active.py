@@ -43,7 +43,6 @@ class ActiveRun:
         self.finished = asyncio.Event()
         self.started = asyncio.Event()  # set once Hermes has made the run, or `release` ended the attempt
         self.cancel_requested = False
-        self.recovering = False  # the stream was lost: Hermes is asked how the run goes
         self.reader: asyncio.Task[None] | None = None
         # The companion plugin's extras for this run (decided at start), and their state.
         self.extras: PluginExtras = NO_EXTRAS

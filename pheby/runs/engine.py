@@ -403,7 +403,6 @@ class RunManager:
 
     async def _recover(self, run: ActiveRun) -> None:
         """The stream is gone but the run may go on: the run stays active until Hermes says it ended."""
-        run.recovering = True
         outcome = await settle(run.client, run.hermes_run_id, self._recovery)
         if run.finished.is_set():
             return  # a cancel gave up waiting and finished it meanwhile
