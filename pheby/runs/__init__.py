@@ -9,7 +9,9 @@ events out through the hub. Modules, one concept each:
 - `decisions`: the shared lifecycle of approvals and clarifications;
 - `translate`: Hermes events → Pheby events and effects, a pure state machine;
 - `plugin_inputs`: the companion plugin's pushes, as inputs of their own;
-- `reader`: how a lost stream's run is followed to its end by asking Hermes;
+- `reader`: the stream's health, and how a lost stream's run is followed to its end by asking Hermes;
+- `media`: a completed run's `MEDIA:` files, pushed by the plugin or copied from disk;
+- `turn_log`: what history keeps of each turn, and the re-anchoring of its files;
 - `settled`: finished turns kept until the stored transcript holds them, for snapshots.
 """
 

@@ -2,7 +2,8 @@
 
 It starts runs (`send`), feeds each Hermes event through the pure translation (`translate`) and
 performs what comes out, keeps the pending decisions, takes the companion plugin's pushes
-(`plugin_push`), recovers a lost stream by asking Hermes (`reader`), logs the turn afterwards and
+(`plugin_push`), recovers a lost stream by asking Hermes (`reader`), logs the turn afterwards
+(`turn_log`), delivers its files (`media`) and
 keeps finished turns for snapshots (`settled`).
 """
 
@@ -14,7 +15,7 @@ import sqlite3
 import time
 import uuid
 from collections import Counter, OrderedDict
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
 from msgspec import UNSET, UnsetType
@@ -33,7 +34,7 @@ from pheby.errors import (
     Unavailable,
     UpstreamFailure,
 )
-from pheby.history import shown_history, transcript, turn_message_ids
+from pheby.history import transcript
 from pheby.hub import Hub
 from pheby.media_tags import media_paths, strip_media
 from pheby.plugin_link import NO_EXTRAS, PluginExtras
@@ -41,6 +42,7 @@ from pheby.redact import sanitize_error
 from pheby.runs import translate as tr
 from pheby.runs.active import ActiveRun, AssistantTurn
 from pheby.runs.decisions import Answer, Decision, Resolved, resolved_id
+from pheby.runs.media import DeliverMedia, MediaDelivery
 from pheby.runs.plugin_inputs import (
     PluginClarifyAsked,
     PluginClarifyExpired,
@@ -51,6 +53,7 @@ from pheby.runs.plugin_inputs import (
 )
 from pheby.runs.reader import DEFAULT_TIMING, LOST_ERROR, RecoveryTiming, settle, stop_lost, watch_stream
 from pheby.runs.settled import SettledTurn, SettledTurns
+from pheby.runs.turn_log import AnchorTurn, TurnLog, text_turns
 from pheby.tool_merge import ToolMerge
 
 log = logging.getLogger("pheby.runs")
@@ -65,16 +68,11 @@ RUN_INSTRUCTIONS = (
 )
 
 # The companion plugin: how long a tool event of the stream waits for the plugin's push of the same
-# call, how long a finished run waits for its pushed MEDIA: files, and how many finished runs late
-# pushes can still find.
+# call, and how many finished runs late pushes (MEDIA: files) can still find.
 PLUGIN_TOOL_WINDOW_SECONDS = 2.5
-PLUGIN_MEDIA_WAIT_SECONDS = 5.0
 RECENT_RUNS = 256
 
 HermesFor = Callable[[Account], hc.HermesClient]
-DeliverMedia = Callable[[AssistantTurn, list[str]], Awaitable[None]]
-# (conversation id, {message id used during the run: the history's id of that message}) → re-anchor files.
-AnchorTurn = Callable[[str, dict[str, str]], Awaitable[None]]
 Snapshot = tuple[ev.RunSnapshot | None, list[ev.ToolState], list[ev.ApprovalRequest], list[ev.ClarifyRequest]]
 
 
@@ -114,9 +112,8 @@ class RunManager:
         self._hub = hub
         self._conversations = conversations
         self._hermes_for = hermes_for
-        self._deliver_media = deliver_media
+        self._media = MediaDelivery(deliver_media)
         self._plugin = plugin
-        self._anchor_turn = anchor_turn
         self._attachments = attachments
         self._recovery = recovery
         self._by_hermes: dict[str, ActiveRun] = {}
@@ -126,6 +123,7 @@ class RunManager:
         self._last_tools: dict[str, list[ev.ToolState]] = {}
         self._transitions: Counter[str] = Counter()
         self._settled = SettledTurns()
+        self._turn_log = TurnLog(conversations, self._settled, anchor_turn, self._transitions)
         self._deleting: set[str] = set()  # conversations being deleted: no new run may start
         self._readers: set[asyncio.Task[None]] = set()  # each run's reader, with its after-turn work
 
@@ -233,11 +231,11 @@ class RunManager:
             if stored is not None:
                 run.sent_text, run.stored_before = hermes_input, max((m.id for m in stored), default=0)
                 try:
-                    await self._log_history(conversation.id, stored)  # before this run can compact it away
+                    await self._turn_log.log(conversation.id, stored)  # before this run can compact it away
                 except sqlite3.Error:
                     log.exception("logging the history of conversation %s failed", conversation.id)
             # With the plugin's tool-aware history, Hermes gets the stored turns; else the text-only ones.
-            history = None if run.extras.history else _text_turns(stored or [])
+            history = None if run.extras.history else text_turns(stored or [])
             if conversation.id in self._deleting:  # don't make a run in a conversation being deleted
                 raise ConversationNotFound()
             # Before the run is made: between its first plugin pushes and run.accepted nothing may await.
@@ -310,14 +308,6 @@ class RunManager:
             )
             return None
 
-    async def _log_history(self, conversation_id: str, stored: list[hc.SessionMessage]) -> list[ev.HistoryMessage]:
-        """Keep what history shows now (see `pheby.history.with_logged`); return it."""
-        shown = await shown_history(self._conversations, conversation_id, stored)
-        await self._conversations.log_history(conversation_id, shown)
-        return shown
-
-    # --- the reader ----------------------------------------------------------------------
-
     async def _read_then_after_turn(self, run: ActiveRun) -> None:
         await self._read(run)
         try:
@@ -326,28 +316,8 @@ class RunManager:
             log.exception("after run %s: logging its history or anchoring its files failed", run.run_id)
 
     async def _after_turn(self, run: ActiveRun) -> None:
-        """Once Hermes has stored the turn: log what history shows, and anchor the turn's files.
-
-        The log keeps turns that Hermes's context compression later stops listing. During a run the
-        user's turn is `user-<run id>` and the answer `draft-<run id>`; history calls them
-        `m<Hermes id>`, and a reconnecting client must be able to put each file under its message.
-        """
-        try:
-            conversation = await self._conversations.get(run.account.id, run.conversation_id)
-            stored = await transcript(run.client, conversation.session_ids)
-            shown = await self._log_history(conversation.id, stored)
-        except (NotFound, hc.HermesError, sqlite3.IntegrityError):
-            return  # deleted meanwhile, or Hermes can't say: the run's ids stay
-        user_id, answer_id = turn_message_ids(stored, shown, run.stored_before, run.sent_text)
-        ids = {run.user_message_id: user_id} if user_id else {}
-        if answer_id and run.message_completed:
-            ids[run.message_id] = answer_id
-        if ids and self._anchor_turn is not None:
-            await self._anchor_turn(run.conversation_id, ids)
-            self._transitions[run.conversation_id] += 1
-        if user_id and (answer_id or not run.draft.strip()):
-            # The transcript holds the turn now: snapshots from here on read it there.
-            self._settled.stored(run.conversation_id, run.run_id, user_id, answer_id)
+        """Log the finished turn and anchor its files (`turn_log`); a seam tests may slow down."""
+        await self._turn_log.after_turn(run)
 
     async def _read(self, run: ActiveRun) -> None:
         try:
@@ -536,27 +506,8 @@ class RunManager:
             run.merge.flush()
             run.merge = None  # tool events the plugin pushes from now on would follow message.complete
         self._hub.broadcast(run.account.id, completion.message)
-        if completion.paths and not (run.extras.media and await self._plugin_media_arrived(run)):
-            await self._media_from_disk(run.turn, completion.paths)
+        await self._media.deliver(run, completion.paths)
         self._finish(run, "completed")
-
-    async def _plugin_media_arrived(self, run: ActiveRun) -> bool:
-        """The plugin pushes the files' bytes; without its word in time, they are read from disk after all."""
-        try:
-            await asyncio.wait_for(run.media_done.wait(), PLUGIN_MEDIA_WAIT_SECONDS)
-        except TimeoutError:
-            log.warning("the plugin did not deliver the MEDIA: files of run %s; reading them from disk", run.run_id)
-            run.media_fallback = True
-            return False
-        return True
-
-    async def _media_from_disk(self, turn: AssistantTurn, paths: list[str]) -> None:
-        if self._deliver_media is None or not paths:
-            return
-        try:
-            await self._deliver_media(turn, paths)
-        except Exception:
-            log.exception("delivering the MEDIA: files of %s failed", turn.message_id)
 
     def _finish(self, run: ActiveRun, status: ev.RunStatus, error: str | None = None) -> None:
         """Emit the run's one `run.finished` and clear its state."""
@@ -757,7 +708,7 @@ class RunManager:
             ev.MessageComplete(conversation_id=conversation_id, message_id=turn.message_id, text=strip_media(text)),
         ):
             self._hub.broadcast(account_id, event)
-        await self._media_from_disk(turn, media_paths(text))
+        await self._media.from_disk(turn, media_paths(text))
         self._transitions[conversation_id] += 1
         self._hub.broadcast(
             account_id, ev.RunFinished(conversation_id=conversation_id, run_id=run_id, status="completed")
@@ -795,12 +746,3 @@ async def _made_in_time(run: ActiveRun) -> bool:
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(run.started.wait(), timeout=START_WAIT_SECONDS)
     return run.made
-
-
-def _text_turns(stored: list[hc.SessionMessage]) -> list[dict[str, str]]:
-    """User/assistant turns with text, oldest first (0.19.0 doesn't load history for /v1/runs)."""
-    return [
-        {"role": message.role, "content": message.content}
-        for message in stored
-        if message.role in ("user", "assistant") and isinstance(message.content, str) and message.content.strip()
-    ]
