@@ -107,7 +107,9 @@ async def _slow(turn: Turn) -> None:
 
 
 async def _fail(turn: Turn) -> None:
-    raise AgentFailure("HTTP 500: the demo LLM failed, as /demo fail asks")
+    """`/demo fail [error text]`: the run fails with that text (as a provider's error would read)."""
+    words = turn.text.split(maxsplit=2)
+    raise AgentFailure(words[2] if len(words) > 2 else "HTTP 500: the demo LLM failed, as /demo fail asks")
 
 
 async def _echo(turn: Turn) -> None:

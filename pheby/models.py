@@ -17,6 +17,7 @@ from pheby.accounts import Account
 from pheby.errors import BadRequest, NotImplementedByUpstream, Unauthorized, Unavailable, UpstreamFailure
 from pheby.events import ProviderModels
 from pheby.hermes_pool import HermesClients
+from pheby.redact import sanitize_error
 
 REASONING_EFFORTS = ["none", "minimal", "low", "medium", "high", "xhigh", "max", "ultra"]
 MODEL_EFFORTS = REASONING_EFFORTS[1:]  # what `models.snapshot` lists: the levels that enable thinking
@@ -92,6 +93,6 @@ async def _call(awaitable: Awaitable[T]) -> T:
     except hc.HermesUnavailable:
         raise Unavailable("Hermes's dashboard is unavailable right now") from None
     except hc.HermesRejected as exc:
-        raise BadRequest(f"Hermes refused: {exc}") from None
+        raise BadRequest(f"Hermes refused: {sanitize_error(exc.message)}") from None
     except hc.HermesError:
         raise UpstreamFailure("Hermes's dashboard answered with an error") from None

@@ -25,6 +25,13 @@ from pheby.hermes_pool import HermesClients
 from pheby.hub import Hub
 from pheby.plugin_link import PluginLink
 from pheby.runs import RunManager
+from pheby.runs.plugin_inputs import (
+    PluginClarifyAsked,
+    PluginClarifyExpired,
+    PluginMediaDone,
+    PluginToolEnded,
+    PluginToolStarted,
+)
 from pheby.task_owners import TaskOwners
 
 log = logging.getLogger(__name__)
@@ -150,18 +157,19 @@ class PluginEvents:
             case PluginHello(boot_id=boot_id, features=features):
                 return self._link.plugin_said_hello(boot_id, features)
             case ToolStart():
-                runs.plugin_tool_started(push.run_id, push.tool_call_id, push.tool, push.args)
+                runs.plugin_push(PluginToolStarted(push.run_id, push.tool_call_id, push.tool, push.args))
             case ToolEnd():
-                runs.plugin_tool_completed(
-                    push.run_id, push.tool_call_id, push.tool, push.duration_ms, _tool_status(push.status), push.error
+                outcome = _tool_status(push.status)
+                runs.plugin_push(
+                    PluginToolEnded(push.run_id, push.tool_call_id, push.tool, push.duration_ms, outcome, push.error)
                 )
             case ClarifyAsked():
-                accepted = runs.plugin_clarify_requested(push.run_id, push.clarify_id, push.question, push.choices)
-                return {"accepted": accepted}
+                asked = PluginClarifyAsked(push.run_id, push.clarify_id, push.question, push.choices)
+                return {"accepted": runs.plugin_push(asked)}
             case ClarifyExpired():
-                runs.plugin_clarify_expired(push.run_id, push.clarify_id)
+                runs.plugin_push(PluginClarifyExpired(push.run_id, push.clarify_id))
             case MediaDone():
-                runs.plugin_media_done(push.run_id)
+                runs.plugin_push(PluginMediaDone(push.run_id))
             case CronOutput():
                 return {"delivered": await self._cron_output(push)}
         return {"ok": True}

@@ -69,6 +69,7 @@ class Services:
             self._deliver_media,
             self.conversation_settings,
             anchor_turn=self.attachments.anchor,
+            attachments=self.attachments,
         )
         self._background: set[asyncio.Task[Any]] = set()
         self._finishing: set[asyncio.Task[Any]] = set()

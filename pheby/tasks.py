@@ -33,6 +33,7 @@ from pheby.errors import (
     UpstreamFailure,
 )
 from pheby.hermes_pool import HermesClients
+from pheby.redact import sanitize_error
 from pheby.task_owners import TaskOwners
 
 log = logging.getLogger("pheby.tasks")
@@ -143,9 +144,9 @@ def _hermes_errors(*, collection: bool) -> Iterator[None]:
         if collection:
             raise NotImplementedByUpstream("This Hermes has no scheduled-task API") from exc
         raise NotFound("Task not found") from exc
-    except hc.HermesRejected as exc:  # messages are sanitised by hermes_client
+    except hc.HermesRejected as exc:  # shown to the client: scrubbed like every Hermes error text
         if exc.code == "invalid_schedule" or exc.status in (400, 422) or _is_refusal(exc.message):
-            raise Unprocessable(exc.message) from exc
+            raise Unprocessable(sanitize_error(exc.message)) from exc
         if exc.status == 405:
             raise NotImplementedByUpstream("This Hermes has no scheduled-task API") from exc
         if exc.status == 429:
@@ -156,7 +157,7 @@ def _hermes_errors(*, collection: bool) -> Iterator[None]:
         if exc.status == 501:
             raise NotImplementedByUpstream("This Hermes has no scheduled-task API") from exc
         if exc.status == 500 and _is_refusal(exc.message):
-            raise Unprocessable(exc.message) from exc
+            raise Unprocessable(sanitize_error(exc.message)) from exc
         log.warning("Hermes jobs API failed (HTTP %s): %s", exc.status, exc.message)
         raise UpstreamFailure() from exc
 

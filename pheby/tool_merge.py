@@ -8,7 +8,8 @@ seconds falls back to the stream's own translation (a minted `t-…` id), and a 
 plugin never pushes is taken from the stream, with the plugin's id. Either way a client sees one
 `running` and one terminal event per call.
 
-`start` and `end` receive Hermes-shaped events that always carry the id to use.
+Both channels arrive as `pheby.runs.translate.ToolBegan`/`ToolEnded`; `start` and `end` receive
+them with the id to use always filled in.
 """
 
 import asyncio
@@ -17,9 +18,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable
 from typing import Literal
 
-import msgspec
-
-import hermes_client as hc
+from pheby.runs.translate import ToolBegan, ToolEnded
 
 Source = Literal["pending", "plugin", "stream"]
 
@@ -29,7 +28,7 @@ class _StreamCall:
 
     __slots__ = ("alias", "call_id", "event", "source", "timer")
 
-    def __init__(self, event: hc.ToolStarted) -> None:
+    def __init__(self, event: ToolBegan) -> None:
         self.event = event
         self.source: Source = "pending"
         self.call_id = ""
@@ -45,8 +44,8 @@ class ToolMerge:
     def __init__(
         self,
         window: float,
-        start: Callable[[hc.ToolStarted], None],
-        end: Callable[[hc.ToolCompleted], None],
+        start: Callable[[ToolBegan], None],
+        end: Callable[[ToolEnded], None],
     ) -> None:
         self._window = window
         self._start = start
@@ -56,11 +55,11 @@ class ToolMerge:
         self._started: set[str] = set()
         self._ended: set[str] = set()
         self._aliases: set[str] = set()
-        self._end_timers: dict[str, tuple[asyncio.TimerHandle, hc.ToolCompleted]] = {}
+        self._end_timers: dict[str, tuple[asyncio.TimerHandle, ToolEnded]] = {}
 
     # --- the stream ----------------------------------------------------------------------
 
-    def stream_started(self, event: hc.ToolStarted) -> None:
+    def stream_started(self, event: ToolBegan) -> None:
         call = _StreamCall(event)
         self._open[event.tool].append(call)
         credits = self._credits[event.tool]
@@ -69,7 +68,7 @@ class ToolMerge:
             return
         call.timer = asyncio.get_running_loop().call_later(self._window, self._fall_back, call)
 
-    def stream_completed(self, event: hc.ToolCompleted) -> None:
+    def stream_completed(self, event: ToolEnded) -> None:
         calls = self._open[event.tool]
         call = calls.popleft() if calls else None
         if call is None:
@@ -78,7 +77,7 @@ class ToolMerge:
         if call.source == "pending":
             self._fall_back(call)
         if call.source == "stream":
-            self._end(msgspec.structs.replace(event, tool_call_id=call.call_id))
+            self._end(event._replace(tool_call_id=call.call_id))
             return
         if call.call_id in self._ended:
             return
@@ -92,7 +91,7 @@ class ToolMerge:
             call.timer.cancel()
             call.timer = None
         call.source, call.call_id = "stream", mint_id()
-        self._start(msgspec.structs.replace(call.event, tool_call_id=call.call_id))
+        self._start(call.event._replace(tool_call_id=call.call_id))
 
     def _late_end(self, call_id: str) -> None:
         timer, event = self._end_timers.pop(call_id, (None, None))
@@ -101,11 +100,11 @@ class ToolMerge:
         if event is None or call_id in self._ended:
             return
         self._ended.add(call_id)
-        self._end(msgspec.structs.replace(event, tool_call_id=call_id))
+        self._end(event._replace(tool_call_id=call_id))
 
     # --- the plugin ----------------------------------------------------------------------
 
-    def plugin_started(self, event: hc.ToolStarted) -> None:
+    def plugin_started(self, event: ToolBegan) -> None:
         call_id = event.tool_call_id
         if not isinstance(call_id, str) or call_id in self._started:
             return
@@ -125,10 +124,10 @@ class ToolMerge:
                 return
             self._credits[event.tool].append(call_id)
         if not isinstance(event.preview, str) and isinstance(pending, _StreamCall):
-            event = msgspec.structs.replace(event, preview=pending.event.preview)
+            event = event._replace(preview=pending.event.preview)
         self._start(event)
 
-    def plugin_completed(self, event: hc.ToolCompleted) -> None:
+    def plugin_completed(self, event: ToolEnded) -> None:
         call_id = event.tool_call_id
         if not isinstance(call_id, str) or call_id in self._aliases or call_id in self._ended:
             return

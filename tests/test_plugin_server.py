@@ -14,11 +14,16 @@ from litestar.testing import AsyncTestClient
 import hermes_client as hc
 from demo_hermes import DemoHermesServer
 from handlers.app import create_app
+from pheby.accounts import HermesAccountSettings
+from pheby.conversation_settings import ConversationSettings
 from pheby.plugin_link import PluginExtras, PluginLink, SessionSettings
+from pheby.runs.plugin_inputs import PluginToolEnded, PluginToolStarted
+from pheby.runs.translate import ToolBegan, ToolEnded, began_from_stream, ended_from_stream
 from pheby.settings import Settings
 from pheby.tool_merge import ToolMerge
 from tests.conftest import TEST_SECRET
 from tests.live_server import LiveServer
+from tests.test_ws_e2e import add_account
 from tests.ws_client import PhebyClient
 
 pytestmark = pytest.mark.anyio
@@ -34,11 +39,11 @@ class Emitted:
     def __init__(self) -> None:
         self.events: list[tuple[str, str, Any]] = []
 
-    def start(self, event: hc.ToolStarted) -> None:
+    def start(self, event: ToolBegan) -> None:
         assert isinstance(event.tool_call_id, str)
         self.events.append(("running", event.tool_call_id, event.args))
 
-    def end(self, event: hc.ToolCompleted) -> None:
+    def end(self, event: ToolEnded) -> None:
         assert isinstance(event.tool_call_id, str)
         self.events.append(("failed" if event.error else "completed", event.tool_call_id, event.duration))
 
@@ -48,20 +53,20 @@ def merge() -> tuple[ToolMerge, Emitted]:
     return ToolMerge(WINDOW, emitted.start, emitted.end), emitted
 
 
-def stream_start(tool: str = "terminal", preview: str = "echo hi") -> hc.ToolStarted:
-    return hc.ToolStarted(run_id="run_1", timestamp=0.0, tool=tool, preview=preview)
+def stream_start(tool: str = "terminal", preview: str = "echo hi") -> ToolBegan:
+    return began_from_stream(hc.ToolStarted(run_id="run_1", timestamp=0.0, tool=tool, preview=preview))
 
 
-def stream_end(tool: str = "terminal", error: bool = False) -> hc.ToolCompleted:
-    return hc.ToolCompleted(run_id="run_1", timestamp=0.0, tool=tool, duration=0.25, error=error)
+def stream_end(tool: str = "terminal", error: bool = False) -> ToolEnded:
+    return ended_from_stream(hc.ToolCompleted(run_id="run_1", timestamp=0.0, tool=tool, duration=0.25, error=error))
 
 
-def plugin_start(call_id: str, tool: str = "terminal") -> hc.ToolStarted:
-    return hc.ToolStarted(run_id="run_1", timestamp=0.0, tool=tool, tool_call_id=call_id, args={"command": "echo hi"})
+def plugin_start(call_id: str, tool: str = "terminal") -> ToolBegan:
+    return PluginToolStarted("run_1", call_id, tool, {"command": "echo hi"}).began()
 
 
-def plugin_end(call_id: str, tool: str = "terminal", error: bool = False) -> hc.ToolCompleted:
-    return hc.ToolCompleted(run_id="run_1", timestamp=0.0, tool=tool, duration=0.5, error=error, tool_call_id=call_id)
+def plugin_end(call_id: str, tool: str = "terminal", error: bool = False) -> ToolEnded:
+    return PluginToolEnded("run_1", call_id, tool, 500, "failed" if error else "completed", None).ended()
 
 
 async def test_plugin_first_drives_one_running_and_one_completed() -> None:
@@ -391,7 +396,8 @@ async def test_plugin_tool_ends_keep_their_error_and_unknown_duration(
         assert (await http.post("/internal/hermes-plugin/events", json={**ended, "error": error})).status_code == 200
     end = await client.expect("tool.event", run_id=run_id, tool_call_id="call_p1", status=status)
     assert end["duration_ms"] is None
-    assert end.get("error") == error
+    # The error is kept, scrubbed of what must not reach a client (here the path on the Hermes host).
+    assert end.get("error") == (error and error.replace("/tmp/build-output", "<path>"))
     await client.send("run.cancel", conversation_id=conversation_id, run_id=run_id)
     await client.expect("run.finished", run_id=run_id)
     assert len(client.seen("tool.event", run_id=run_id)) == 2
@@ -429,3 +435,45 @@ async def test_plugin_pushes_after_message_complete_are_not_relayed(
     assert client.seen("tool.event", run_id=run_id) == []
     assert client.seen("clarify.request") == []
     await client.close()
+
+
+async def test_plugin_pushes_never_touch_runs_of_another_gateway(
+    start_live_server: Callable[[Settings], LiveServer],
+    live_settings: Callable[..., Settings],
+    make_demo_hermes: Callable[..., DemoHermesServer],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The plugin lives in the server's Hermes: a push naming a run of an account with its own gateway
+    is ignored, even were that run given the plugin's extras."""
+    other = make_demo_hermes()
+    monkeypatch.setattr(ConversationSettings, "extras_for", lambda self, account: LIVE)
+    server, _, _ = await plugin_live_server(start_live_server, live_settings, monkeypatch)
+    token = await add_account(server.settings, "bob", HermesAccountSettings(url=other.base_url, api_key=other.api_key))
+    bob = await PhebyClient.connect(server.ws_url, token)
+    conversation_id = (await bob.request("conversation.create", "conversation.created"))["conversation_id"]
+    accepted = await bob.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo approve")
+    run_id = accepted["run_id"]
+    request = await bob.expect("approval.request", run_id=run_id)  # the run goes on on bob's own gateway
+    hermes_run_id = hermes_run_of(other, conversation_id)
+    push = {"run_id": hermes_run_id, "session_id": f"pheby_{conversation_id}", "tool_call_id": "call_evil"}
+    pushes = [
+        {**push, "event": "tool.start", "tool": "terminal", "args": {"command": "cat /etc/passwd"}},
+        {**push, "event": "tool.end", "tool": "terminal", "duration_ms": 5, "status": "ok", "error": None},
+        {**push, "event": "clarify.request", "clarify_id": "c1", "question": "Sure?", "choices": None, "timeout": 5},
+        {"event": "media.done", "run_id": hermes_run_id, "offered": 1, "pushed": 1},
+    ]
+    async with httpx.AsyncClient(base_url=server.base_url, headers={"X-Pheby-Plugin-Secret": PLUGIN_SECRET}) as http:
+        replies = [await http.post("/internal/hermes-plugin/events", json=body) for body in pushes]
+        assert [r.status_code for r in replies] == [200, 200, 200, 200]
+        assert replies[2].json()["accepted"] is False
+        media = await http.post(
+            f"/internal/hermes-plugin/media?run_id={hermes_run_id}&filename=a.png", content=b"\x89PNG", headers={}
+        )
+        assert media.status_code == 404
+    await bob.send("approval.respond", approval_id=request["approval_id"], choice="deny")
+    finished = await bob.expect("run.finished", run_id=run_id)
+    assert finished["status"] == "completed"
+    assert bob.seen("tool.event", tool_call_id="call_evil") == []
+    assert bob.seen("clarify.request") == []
+    assert bob.seen("attachment.added") == []
+    await bob.close()

@@ -10,6 +10,7 @@ import functools
 import itertools
 import json
 import re
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -665,6 +666,25 @@ async def test_failed_run(owner: PhebyClient) -> None:
     assert frames[-2]["message_id"] == frames[1]["message_id"]
 
 
+HOSTILE_ERROR = (
+    "Error code: 401 - provider https://api.provider.example/v1/chat said: Incorrect API key "
+    "sk-proj-4f9a8b7c6d5e4f3a2b1c provided; config at /home/hermes/.hermes/config.yaml, "
+    "upstream 10.0.3.7:8642, Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl"
+)
+
+
+async def test_a_failed_runs_error_reaches_the_client_scrubbed(owner: PhebyClient) -> None:
+    conversation_id = await new_conversation(owner)
+    frames = await run_to_end(owner, conversation_id, f"/demo fail {HOSTILE_ERROR}")
+    finished = frames[-1]
+    assert finished["status"] == "failed"
+    error = finished["error"]
+    assert error.startswith("Error code: 401")  # still says what went wrong
+    for leaked in ("https://", "api.provider.example", "sk-proj", "/home/hermes", "config.yaml", "10.0.3.7", "8642",
+                   "eyJhbGci", "c2lnbmF0dXJl"):  # fmt: skip
+        assert leaked not in json.dumps(frames), leaked
+
+
 async def test_tool_events_are_structured_and_redacted(owner: PhebyClient) -> None:
     conversation_id = await new_conversation(owner)
     frames = await run_to_end(owner, conversation_id, "/demo tool")
@@ -983,6 +1003,72 @@ async def test_history_snapshots_agree_with_the_live_events(connect: Callable[..
     for client in openers:
         await client.request("ping", "pong")  # every run event was queued before this reply
         assert assert_snapshots_agree_with_the_live_events(client.frames) > 25
+
+
+class ReadGate:
+    """Wraps the Hermes clients `conversation.open` reads transcripts with: once armed, each read
+    fetches the transcript, then waits (in the server's thread) until the test lets it return."""
+
+    def __init__(self, for_account: Callable[[Any], Any]) -> None:
+        self._for_account = for_account
+        self.armed = False
+        self.arrived = threading.Event()
+        self.go = threading.Event()
+
+    def for_account(self, account: Any) -> Any:
+        return _GatedClient(self._for_account(account), self)
+
+
+class _GatedClient:
+    def __init__(self, inner: Any, gate: ReadGate) -> None:
+        self._inner = inner
+        self._gate = gate
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def session_messages(self, session_id: str) -> Any:
+        messages = await self._inner.session_messages(session_id)
+        if self._gate.armed:  # the transcript is read: from now on it may be stale
+            self._gate.arrived.set()
+            await asyncio.to_thread(self._gate.go.wait, 10)
+            self._gate.go.clear()
+        return messages
+
+
+async def test_a_snapshot_read_while_runs_finish_holds_their_turns(
+    connect: Callable[..., Any], live_server: LiveServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bad interleaving, forced: every run finishes while a snapshot's transcript read is suspended."""
+    sender = await connect()
+    opener = await connect()
+    conversation_id = await new_conversation(sender)
+    await run_to_end(sender, conversation_id, "before")
+    hermes = live_server.services.hermes
+    gate = ReadGate(hermes.for_account)
+    monkeypatch.setattr(hermes, "for_account", gate.for_account)  # the handler's reads only: runs keep theirs
+    gate.armed = True
+    request_id = await opener.send("conversation.open", conversation_id=conversation_id)
+    for i in range(4):  # more runs than the old handler had re-reads
+        assert await asyncio.to_thread(gate.arrived.wait, 10), "no transcript read arrived"
+        gate.arrived.clear()
+        await run_to_end(sender, conversation_id, f"during {i}")  # its run.finished goes out before the reply
+        gate.go.set()
+        deadline = asyncio.get_running_loop().time() + 10
+        while not opener.seen("conversation.history", request_id=request_id) and not gate.arrived.is_set():
+            assert asyncio.get_running_loop().time() < deadline, "neither a reply nor another read"
+            await asyncio.sleep(0.01)
+        if opener.seen("conversation.history", request_id=request_id):
+            break
+    gate.armed = False
+    gate.go.set()
+    [snapshot] = opener.seen("conversation.history", request_id=request_id)
+    assert snapshot["run"] is None
+    await opener.request("ping", "pong")
+    assert assert_snapshots_agree_with_the_live_events(opener.frames) == 1
+    texts = [m["text"] for m in snapshot["messages"]]
+    assert texts[-2:] == ["during 0", "You said: during 0"]
+    assert len(texts) == len(set(texts))  # every turn once
 
 
 async def test_reconnect_recovers_a_pending_approval(connect: Callable[..., Any]) -> None:

@@ -5,28 +5,25 @@ snapshot must hold everything broadcast before it and nothing that is broadcast 
 
 - the run state is read and the reply queued in one step (no await between), so every run event
   reaches the client either reflected in the snapshot or after it, never just before it;
-- the stored part (transcript, attachments) is read first and read again when a run was accepted
-  or finished meanwhile, so a turn finished before the snapshot is in it;
+- the stored part (transcript, attachments) is read once, inside `runs.reading`, and the engine
+  merges into it every finished turn the read may have missed (`runs.with_finished_turns`) in that
+  same step, so a turn whose `run.finished` went out before the reply is in it, whatever the
+  interleaving;
 - attachments are the last read: the database runs one statement at a time, so an attachment
   committed after that read is announced after the reply is queued.
 """
 
-from typing import Annotated, NamedTuple
+from typing import Annotated
 
 import msgspec
 
 import hermes_client as hc
 from handlers.ws.context import WsContext, rid
 from handlers.ws.messages import ClientMessage
-from pheby.attachments import Attachment, pheby_descriptor
-from pheby.conversations import Conversation
+from pheby.attachments import pheby_descriptor
 from pheby.errors import Unavailable
-from pheby.events import ConversationHistory, HistoryMessage
+from pheby.events import ConversationHistory
 from pheby.history import HISTORY_LIMIT_DEFAULT, HISTORY_LIMIT_MAX, page, shown_history, transcript
-
-# Reads of the stored part before the snapshot goes out regardless (a busy conversation could
-# otherwise keep it waiting); a turn that finishes during the last read arrives as live events.
-STORED_READS = 3
 
 
 class ConversationOpen(ClientMessage, frozen=True, tag="conversation.open"):
@@ -35,46 +32,31 @@ class ConversationOpen(ClientMessage, frozen=True, tag="conversation.open"):
     before_message_id: str | None = None
 
 
-class _Stored(NamedTuple):
-    conversation: Conversation
-    messages: list[HistoryMessage]
-    has_more: bool
-    attachments: list[Attachment]
-
-
 async def handle(ctx: WsContext, msg: ConversationOpen) -> None:
-    runs = ctx.services.runs
-    for _ in range(STORED_READS):
-        transitions = runs.transitions(msg.conversation_id)
-        stored = await _read_stored(ctx, msg)
-        if runs.transitions(msg.conversation_id) == transitions:
-            break
-    # From here to the reply, no await: no broadcast can come between the run state and the snapshot.
-    conversation = stored.conversation
+    services = ctx.services
+    runs = services.runs
+    conversation = await services.conversations.get(ctx.account.id, msg.conversation_id)
+    with runs.reading(conversation.id):
+        try:
+            stored = await transcript(services.hermes.for_account(ctx.account), conversation.session_ids)
+        except hc.HermesError:
+            raise Unavailable("Hermes is unavailable; history can't be loaded right now") from None
+        shown = await shown_history(services.conversations, conversation.id, stored)
+        attachments = await services.attachments.for_conversation(ctx.account.id, conversation.id)  # the last await
+        # From here to the reply, no await: no broadcast can come between the run state and the snapshot.
+        shown = runs.with_finished_turns(conversation.id, shown)
+    messages, has_more = page(shown, min(msg.limit, HISTORY_LIMIT_MAX), msg.before_message_id)
     run, tools, approvals, clarifications = runs.snapshot(conversation.id)
     ctx.reply(
         ConversationHistory(
             request_id=rid(msg.request_id),
             conversation_id=conversation.id,
-            messages=stored.messages,
-            has_more=stored.has_more,
-            attachments=[pheby_descriptor(a) for a in stored.attachments],
+            messages=messages,
+            has_more=has_more,
+            attachments=[pheby_descriptor(a) for a in attachments],
             run=run,
             tools=tools,
             approvals=approvals,
             clarifications=clarifications,
         )
     )
-
-
-async def _read_stored(ctx: WsContext, msg: ConversationOpen) -> _Stored:
-    services = ctx.services
-    conversation = await services.conversations.get(ctx.account.id, msg.conversation_id)
-    try:
-        stored = await transcript(services.hermes.for_account(ctx.account), conversation.session_ids)
-    except hc.HermesError:
-        raise Unavailable("Hermes is unavailable; history can't be loaded right now") from None
-    shown = await shown_history(services.conversations, conversation.id, stored)
-    messages, has_more = page(shown, min(msg.limit, HISTORY_LIMIT_MAX), msg.before_message_id)
-    attachments = await services.attachments.for_conversation(ctx.account.id, conversation.id)  # the last await
-    return _Stored(conversation, messages, has_more, attachments)

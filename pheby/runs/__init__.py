@@ -1,0 +1,29 @@
+"""The run engine: one active run per conversation, from `chat.send` to `run.finished`.
+
+Hermes allows a single consumer per run stream and no resume, so the server holds it and fans the
+events out through the hub. Modules, one concept each:
+
+- `engine`: `RunManager`, the wiring (send, cancel, decisions, plugin pushes, snapshots, shutdown);
+- `active`: `ActiveRun`, one run's live state, enough to rebuild a client's view after a reconnect;
+- `phase`: the explicit phase of a run and the one table of allowed transitions;
+- `decisions`: the shared lifecycle of approvals and clarifications;
+- `translate`: Hermes events → Pheby events and effects, a pure state machine;
+- `plugin_inputs`: the companion plugin's pushes, as inputs of their own;
+- `reader`: the stream's health, and how a lost stream's run is followed to its end by asking Hermes;
+- `media`: a completed run's `MEDIA:` files, pushed by the plugin or copied from disk;
+- `turn_log`: what history keeps of each turn, and the re-anchoring of its files;
+- `settled`: finished turns kept until the stored transcript holds them, for snapshots.
+"""
+
+from pheby.runs.active import ActiveRun, AssistantTurn
+from pheby.runs.engine import RUN_INSTRUCTIONS, RunManager, RunPlugin, hermes_session_id, session_key
+
+__all__ = [
+    "RUN_INSTRUCTIONS",
+    "ActiveRun",
+    "AssistantTurn",
+    "RunManager",
+    "RunPlugin",
+    "hermes_session_id",
+    "session_key",
+]

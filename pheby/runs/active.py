@@ -1,0 +1,82 @@
+"""One active run: its phase, translation state, pending decisions and plugin extras."""
+
+import asyncio
+import uuid
+from typing import NamedTuple
+
+import hermes_client as hc
+from pheby import events as ev
+from pheby.accounts import Account
+from pheby.conversations import Conversation
+from pheby.plugin_link import NO_EXTRAS, PluginExtras
+from pheby.runs.decisions import Decisions
+from pheby.runs.phase import RunPhase
+from pheby.runs.translate import RunView
+from pheby.tool_merge import ToolMerge
+
+
+class AssistantTurn(NamedTuple):
+    """The assistant turn a run's (or a pushed output's) MEDIA: files belong to."""
+
+    account_id: str
+    conversation_id: str
+    message_id: str
+
+
+class ActiveRun:
+    """The live state of one run, enough to rebuild a client's view after a reconnect."""
+
+    def __init__(self, account: Account, conversation: Conversation, client: hc.HermesClient) -> None:
+        self.run_id = uuid.uuid4().hex
+        self.account = account
+        self.conversation_id = conversation.id
+        self.client = client
+        self.hermes_run_id = ""
+        self.message_id = f"draft-{self.run_id}"
+        self.user_message_id = f"user-{self.run_id}"
+        self.user_text = ""  # the user's own words, as history shows them
+        self.sent_text = ""  # the input as Hermes stores it (attachments inlined)
+        self.stored_before = 0  # the newest Hermes message id when the run started: its turn comes after
+        self.phase = RunPhase()
+        self.view = RunView(self.run_id, conversation.id, self.message_id)
+        self.decisions = Decisions()
+        self.finished = asyncio.Event()
+        self.started = asyncio.Event()  # set once Hermes has made the run, or `release` ended the attempt
+        self.cancel_requested = False
+        self.reader: asyncio.Task[None] | None = None
+        # The companion plugin's extras for this run (decided at start), and their state.
+        self.extras: PluginExtras = NO_EXTRAS
+        self.merge: ToolMerge | None = None
+        self.media_done = asyncio.Event()
+        self.media_fallback = False
+
+    @property
+    def made(self) -> bool:
+        """Whether Hermes has made the run (so it can be stopped)."""
+        return bool(self.hermes_run_id)
+
+    @property
+    def draft(self) -> str:
+        return self.view.draft
+
+    @property
+    def message_completed(self) -> bool:
+        """After message.complete only attachment.added and run.finished follow."""
+        return self.view.message_completed
+
+    @property
+    def tools(self) -> dict[str, ev.ToolState]:
+        return self.view.tools
+
+    @property
+    def status(self) -> str:
+        return self.phase.wire_status(
+            approvals_pending=self.decisions.has("approval"), clarifications_pending=self.decisions.has("clarify")
+        )
+
+    @property
+    def turn(self) -> AssistantTurn:
+        return AssistantTurn(self.account.id, self.conversation_id, self.message_id)
+
+    def snapshot(self) -> ev.RunSnapshot:
+        return ev.RunSnapshot(run_id=self.run_id, status=self.status, message_id=self.message_id, text=self.draft)

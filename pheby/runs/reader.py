@@ -1,0 +1,124 @@
+"""The run stream's health, and how a run's end is learnt when its stream is lost.
+
+Hermes 0.19.0 allows one consumer per run stream and no resume, so once the stream breaks (or ends
+without a terminal event) the only way to learn how the run ends is `GET /v1/runs/{id}`. `settle`
+asks, with backoff, until Hermes reports a terminal status; when Hermes can't be reached for a
+while in a row, or no longer knows the run (a gateway restart loses every run), the run is `lost`.
+
+A stream can also go silent without breaking (a frozen host, a proxy that keeps the socket open);
+Hermes's own keepalive comes only every 30 s. While a stream is quiet, `watch_stream` asks Hermes
+about the run every second, and returns when Hermes has shown no sign of life for as long as
+`settle` allows.
+"""
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Final, Literal, NamedTuple
+
+import hermes_client as hc
+
+log = logging.getLogger("pheby.runs")
+
+LOST_ERROR: Final = "Lost contact with Hermes; the run was stopped"
+
+
+class RecoveryTiming(NamedTuple):
+    first_delay: float = 0.25
+    max_delay: float = 2.0
+    unreachable_for: float = 5.0  # seconds without an answer in a row before the run counts as lost
+    poll_timeout: float = 2.0  # one status request
+    stop_timeout: float = 1.0  # the best-effort stop of a lost run
+    quiet_before_watch: float = 2.0  # seconds of stream silence before Hermes is asked whether it lives
+    watch_interval: float = 1.0
+    give_up_after: float = 6 * 3600.0  # a run Hermes reports running for longer than this is given up
+
+
+DEFAULT_TIMING: Final = RecoveryTiming()
+
+
+class Outcome(NamedTuple):
+    """How the run ended by Hermes's word (`lost`: Hermes can't say)."""
+
+    status: Literal["completed", "failed", "cancelled", "lost"]
+    output: str = ""
+    error: str | None = None
+
+
+async def settle(
+    client: hc.HermesClient,
+    hermes_run_id: str,
+    timing: RecoveryTiming = DEFAULT_TIMING,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> Outcome:
+    """Poll Hermes for the run's status until it is terminal, or the run is lost."""
+    delay = timing.first_delay
+    started = clock()
+    unreachable_since: float | None = None
+    while True:
+        try:
+            status = await asyncio.wait_for(client.get_run(hermes_run_id), timing.poll_timeout)
+        except hc.HermesNotFound:
+            log.warning("run %s: Hermes no longer knows it", hermes_run_id)
+            return Outcome("lost")
+        except (hc.HermesError, TimeoutError) as exc:
+            now = clock()
+            unreachable_since = now if unreachable_since is None else unreachable_since
+            if now - unreachable_since >= timing.unreachable_for:
+                log.warning("run %s: Hermes unreachable for %.1f s (%s)", hermes_run_id, now - unreachable_since, exc)
+                return Outcome("lost")
+        else:
+            unreachable_since = None
+            if status.status == "completed":
+                return Outcome("completed", status.output if isinstance(status.output, str) else "")
+            if status.status == "cancelled":
+                return Outcome("cancelled")
+            if status.status == "failed":
+                return Outcome("failed", error=status.error if isinstance(status.error, str) else None)
+        if clock() - started >= timing.give_up_after:
+            return Outcome("lost")
+        await sleep(delay)
+        delay = min(delay * 2, timing.max_delay)
+
+
+async def stop_lost(client: hc.HermesClient, hermes_run_id: str, timing: RecoveryTiming = DEFAULT_TIMING) -> None:
+    """Ask Hermes to stop a run we lost track of, best effort (it may already be gone)."""
+    with contextlib.suppress(hc.HermesError, TimeoutError):
+        await asyncio.wait_for(client.stop_run(hermes_run_id), timing.stop_timeout)
+
+
+async def watch_stream(
+    client: hc.HermesClient,
+    hermes_run_id: str,
+    quiet_since: Callable[[], float | None],
+    timing: RecoveryTiming = DEFAULT_TIMING,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> None:
+    """Return once Hermes is gone while the stream is quiet (`quiet_since`: since when the reader
+    waits for an event, None while it handles one); never returns while Hermes answers."""
+    last_life = clock()
+    while True:
+        await sleep(timing.watch_interval)
+        quiet = quiet_since()
+        now = clock()
+        if quiet is None or now - quiet < timing.quiet_before_watch:
+            last_life = now
+            continue
+        last_life = max(last_life, quiet)
+        try:
+            await asyncio.wait_for(client.get_run(hermes_run_id), timing.poll_timeout)
+        except hc.HermesNotFound:
+            log.warning("run %s: Hermes no longer knows it while its stream is open", hermes_run_id)
+            return
+        except (hc.HermesError, TimeoutError):
+            if clock() - last_life >= timing.unreachable_for:
+                log.warning("run %s: its stream and Hermes silent for %.1f s", hermes_run_id, clock() - last_life)
+                return
+        else:
+            last_life = clock()

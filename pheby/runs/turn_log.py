@@ -1,0 +1,71 @@
+"""What history keeps of each turn, before and after its run.
+
+Before a run the transcript is logged as history shows it, so Hermes's context compression can't
+hide those turns later (`pheby.history.with_logged`). After it, once Hermes has stored the turn,
+it is logged again and the turn's files are re-anchored: during a run the user's turn is
+`user-<run id>` and the answer `draft-<run id>`; history calls them `m<Hermes id>`, and a
+reconnecting client must be able to put each file under its message.
+"""
+
+import sqlite3
+from collections import Counter
+from collections.abc import Awaitable, Callable
+
+import hermes_client as hc
+from pheby import events as ev
+from pheby.conversations import Conversations
+from pheby.errors import NotFound
+from pheby.history import shown_history, transcript, turn_message_ids
+from pheby.runs.active import ActiveRun
+from pheby.runs.settled import SettledTurns
+
+# (conversation id, {message id used during the run: the history's id of that message}) → re-anchor files.
+AnchorTurn = Callable[[str, dict[str, str]], Awaitable[None]]
+
+
+class TurnLog:
+    def __init__(
+        self,
+        conversations: Conversations,
+        settled: SettledTurns,
+        anchor_turn: AnchorTurn | None,
+        transitions: Counter[str],
+    ) -> None:
+        self._conversations = conversations
+        self._settled = settled
+        self._anchor_turn = anchor_turn
+        self._transitions = transitions
+
+    async def log(self, conversation_id: str, stored: list[hc.SessionMessage]) -> list[ev.HistoryMessage]:
+        """Keep what history shows now; return it."""
+        shown = await shown_history(self._conversations, conversation_id, stored)
+        await self._conversations.log_history(conversation_id, shown)
+        return shown
+
+    async def after_turn(self, run: ActiveRun) -> None:
+        """Once Hermes has stored the run's turn: log it, anchor its files, and tell the kept turns."""
+        try:
+            conversation = await self._conversations.get(run.account.id, run.conversation_id)
+            stored = await transcript(run.client, conversation.session_ids)
+            shown = await self.log(conversation.id, stored)
+        except (NotFound, hc.HermesError, sqlite3.IntegrityError):
+            return  # deleted meanwhile, or Hermes can't say: the run's ids stay
+        user_id, answer_id = turn_message_ids(stored, shown, run.stored_before, run.sent_text)
+        ids = {run.user_message_id: user_id} if user_id else {}
+        if answer_id and run.message_completed:
+            ids[run.message_id] = answer_id
+        if ids and self._anchor_turn is not None:
+            await self._anchor_turn(run.conversation_id, ids)
+            self._transitions[run.conversation_id] += 1
+        if user_id and (answer_id or not run.draft.strip()):
+            # The transcript holds the turn now: snapshots from here on read it there.
+            self._settled.stored(run.conversation_id, run.run_id, user_id, answer_id)
+
+
+def text_turns(stored: list[hc.SessionMessage]) -> list[dict[str, str]]:
+    """User/assistant turns with text, oldest first (0.19.0 doesn't load history for /v1/runs)."""
+    return [
+        {"role": message.role, "content": message.content}
+        for message in stored
+        if message.role in ("user", "assistant") and isinstance(message.content, str) and message.content.strip()
+    ]

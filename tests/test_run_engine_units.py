@@ -1,0 +1,365 @@
+"""The run engine's parts without sockets or Hermes: phases, decisions, the translation, recovery, kept turns."""
+
+import asyncio
+import itertools
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import pytest
+from msgspec import UNSET
+
+import hermes_client as hc
+from pheby import events as ev
+from pheby.runs import translate as tr
+from pheby.runs.decisions import Answer, Decision, Decisions
+from pheby.runs.phase import ALLOWED, RunPhase
+from pheby.runs.reader import LOST_ERROR, Outcome, RecoveryTiming, settle, watch_stream
+from pheby.runs.settled import SettledTurn, SettledTurns
+
+pytestmark = pytest.mark.anyio
+
+# --- phases --------------------------------------------------------------------------------------------
+
+
+def test_a_cancelling_run_never_falls_back_to_running() -> None:
+    phase = RunPhase()
+    assert phase.move("running")
+    assert phase.move("awaiting_decision")
+    assert phase.move("cancelling")
+    assert not phase.move("running")  # an approval resolving now changes nothing
+    assert not phase.move("awaiting_decision")
+    assert phase.wire_status(approvals_pending=True, clarifications_pending=False) == "cancelling"
+    assert phase.move("finished")
+    assert phase.finished
+    assert not any(phase.move(target) for target in ("starting", "running", "cancelling"))
+
+
+def test_the_phase_table_ends_everywhere_and_only_in_finished() -> None:
+    assert all("finished" in targets for phase, targets in ALLOWED.items() if phase != "finished")
+    assert ALLOWED["finished"] == frozenset()
+    assert RunPhase().current == "starting"
+
+
+def test_wire_status_follows_the_pending_decision() -> None:
+    phase = RunPhase()
+    phase.move("running")
+    assert phase.wire_status(approvals_pending=False, clarifications_pending=False) == "running"
+    phase.move("awaiting_decision")
+    assert phase.wire_status(approvals_pending=True, clarifications_pending=True) == "waiting_for_approval"
+    assert phase.wire_status(approvals_pending=False, clarifications_pending=True) == "waiting_for_clarification"
+
+
+# --- decisions -----------------------------------------------------------------------------------------
+
+
+def approval(approval_id: str = "a1") -> Decision:
+    request = ev.ApprovalRequest(
+        approval_id=approval_id, session_key="k", conversation_id="c", run_id="r", command="ls", description="",
+        choices=["once", "deny"],
+    )  # fmt: skip
+    return Decision(approval_id, request, pattern_keys=["p"])
+
+
+def clarification(clarify_id: str = "q1", held_id: str = "h1") -> Decision:
+    request = ev.ClarifyRequest(
+        clarify_id=clarify_id, session_key="k", conversation_id="c", run_id="r", question="?", choices=None
+    )
+    return Decision(clarify_id, request, held_id=held_id)
+
+
+def test_one_answer_at_a_time_and_an_answer_not_taken_waits_again() -> None:
+    decisions = Decisions()
+    decisions.ask(approval())
+    assert decisions.begin_answer("a1", "clarify", Answer("x", UNSET)) is None  # not a clarification
+    assert decisions.begin_answer("a1", "approval", Answer("once", "r1")) is not None
+    assert decisions.begin_answer("a1", "approval", Answer("deny", "r2")) is None  # another answer is on its way
+    decisions.answer_not_taken("a1")
+    assert decisions.begin_answer("a1", "approval", Answer("deny", "r2")) is not None
+    resolved = decisions.resolve("a1", Answer("deny", "r2"))
+    assert isinstance(resolved, ev.ApprovalResolved)
+    assert (resolved.choice, resolved.accepted, resolved.request_id) == ("deny", True, "r2")
+    assert decisions.resolve("a1", Answer("deny", "r2")) is None  # once only
+    assert not decisions
+
+
+def test_at_the_end_answers_on_their_way_count_and_the_rest_expire() -> None:
+    decisions = Decisions()
+    decisions.ask(approval("a1"))
+    decisions.ask(approval("a2"))
+    decisions.ask(clarification("q1"))
+    decisions.ask(clarification("q2", "h2"))
+    decisions.begin_answer("a1", "approval", Answer("once", "r1"))
+    decisions.begin_answer("q1", "clarify", Answer("staging", "r3"))
+    settled = {(type(e).__name__, e.accepted, getattr(e, "choice", None), e.request_id) for e in decisions.settle_all()}
+    assert settled == {
+        ("ApprovalResolved", True, "once", "r1"),
+        ("ApprovalResolved", False, "deny", UNSET),
+        ("ClarifyResolved", True, None, "r3"),
+        ("ClarifyResolved", False, None, UNSET),
+    }
+    assert not decisions
+
+
+def test_an_expired_clarification_says_so() -> None:
+    decisions = Decisions()
+    decisions.ask(clarification())
+    expired = decisions.expire("q1")
+    assert isinstance(expired, ev.ClarifyResolved)
+    assert (expired.accepted, expired.expired) == (False, True)
+
+
+# --- the translation -----------------------------------------------------------------------------------
+
+
+def view(**kwargs: Any) -> tr.RunView:
+    ids = itertools.count(1)
+    return tr.RunView("run", "conv", "draft-run", mint=lambda: f"t-{next(ids)}", **kwargs)
+
+
+def emitted(outputs: list[tr.Output]) -> list[ev.Event]:
+    return [o.event for o in outputs if isinstance(o, tr.Emit)]
+
+
+def delta(text: str) -> hc.MessageDelta:
+    return hc.MessageDelta(run_id="h", timestamp=0.0, delta=text)
+
+
+def test_deltas_become_the_visible_draft_without_media_tags() -> None:
+    state = view()
+    [first] = emitted(tr.translate(state, delta("Here it is.\nMEDIA:/srv/x.png")))
+    assert isinstance(first, ev.MessageDelta)
+    assert "MEDIA:" not in first.text
+    assert "/srv" not in first.text
+    assert tr.translate(state, hc.ReasoningAvailable(run_id="h", timestamp=0.0, text="Here")) == []
+
+
+def test_completion_strips_media_and_hands_the_paths_on() -> None:
+    state = view()
+    [complete] = tr.translate(state, hc.RunCompleted(run_id="h", timestamp=0.0, output="Done.\nMEDIA:/srv/a.png"))
+    assert isinstance(complete, tr.Complete)
+    assert complete.message.text == "Done."
+    assert complete.paths == ["/srv/a.png"]
+    assert state.message_completed
+    assert state.draft == "Done."
+
+
+def test_tool_calls_without_ids_pair_by_name_and_args_are_redacted() -> None:
+    state = view()
+    started = hc.ToolStarted(run_id="h", timestamp=0.0, tool="web_search", preview="cats",
+                             args={"query": "cats", "api_key": "sk-secret-1234"})  # fmt: skip
+    [running] = emitted(tr.translate(state, started))
+    assert isinstance(running, ev.ToolEvent)
+    assert (running.tool_call_id, running.status, running.args_redacted) == (
+        "t-1", "running", {"query": "cats", "api_key": "[redacted]"},
+    )  # fmt: skip
+    message = "boom at /srv/hermes/tool.py calling https://internal.example.com/x"
+    ended = hc.ToolCompleted(
+        run_id="h", timestamp=0.0, tool="web_search", duration=0.25, error=True, error_message=message
+    )
+    outputs = tr.translate(state, ended)
+    [failed] = emitted(outputs)
+    assert isinstance(failed, ev.ToolEvent)
+    assert (failed.tool_call_id, failed.status, failed.duration_ms) == ("t-1", "failed", 250)
+    assert isinstance(failed.error, str)
+    assert "/srv" not in failed.error
+    assert "example.com" not in failed.error
+    assert tr.ExpireUnansweredApprovals() in outputs
+
+
+def test_a_call_failing_while_cancelling_was_interrupted() -> None:
+    state = view(cancelling=True)
+    tr.translate(state, hc.ToolStarted(run_id="h", timestamp=0.0, tool="terminal"))
+    [ended] = emitted(tr.translate(state, hc.ToolCompleted(run_id="h", timestamp=0.0, tool="terminal",
+                                                             duration=1.0, error=True)))  # fmt: skip
+    assert isinstance(ended, ev.ToolEvent)
+    assert ended.status == "cancelled"
+
+
+def test_with_the_plugin_tool_events_go_to_the_merge() -> None:
+    state = view(merged=True)
+    [out] = tr.translate(state, hc.ToolStarted(run_id="h", timestamp=0.0, tool="terminal"))
+    assert out == tr.StreamTool(tr.ToolBegan("terminal", None, UNSET, None))
+    assert state.tools == {}
+
+
+def test_running_tools_end_cancelled_with_the_run() -> None:
+    state = view()
+    tr.translate(state, hc.ToolStarted(run_id="h", timestamp=0.0, tool="terminal"))
+    [ended] = emitted(tr.end_running_tools(state))
+    assert isinstance(ended, ev.ToolEvent)
+    assert ended.status == "cancelled"
+    assert tr.end_running_tools(state) == []
+
+
+def test_terminal_events_finish_and_failures_are_scrubbed() -> None:
+    failed = tr.translate(
+        view(), hc.RunFailed(run_id="h", timestamp=0.0, error="401 from https://api.x.com key sk-abcdef123456")
+    )
+    [finish] = failed
+    assert isinstance(finish, tr.Finish)
+    assert finish.status == "failed"
+    assert finish.error is not None
+    assert "https" not in finish.error
+    assert "sk-abcdef" not in finish.error
+    assert tr.translate(view(), hc.RunCancelled(run_id="h", timestamp=0.0)) == [tr.Finish("cancelled")]
+
+
+def test_questions_become_effects() -> None:
+    state = view()
+    clarify = hc.ClarifyRequest(run_id="h", timestamp=0.0, clarify_id="h1", question="Which?", choices=["a", "b"])
+    assert tr.translate(state, clarify) == [tr.AskClarify("h1", "Which?", ["a", "b"])]
+    assert tr.translate(state, hc.ClarifyRetired(run_id="h", timestamp=0.0, clarify_id="h1")) == [
+        tr.RetireClarify("h1")
+    ]
+
+
+# --- recovery of a lost stream ------------------------------------------------------------------------
+
+
+class StatusClient:
+    """`get_run` answers from a script: a status word, or an exception to raise."""
+
+    def __init__(self, script: Sequence[str | Exception], clock: list[float]) -> None:
+        self.script = script
+        self.calls = 0
+        self.clock = clock
+
+    async def get_run(self, run_id: str) -> hc.RunStatus:
+        step = self.script[min(self.calls, len(self.script) - 1)]
+        self.calls += 1
+        if isinstance(step, Exception):
+            raise step
+        output = "final text" if step == "completed" else UNSET
+        error = "it broke" if step == "failed" else UNSET
+        return hc.RunStatus(run_id=run_id, status=step, output=output, error=error)
+
+
+async def run_settle(script: Sequence[str | Exception]) -> tuple[Outcome, StatusClient, list[float]]:
+    now = [0.0]
+    client = StatusClient(script, now)
+    sleeps: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        now[0] += seconds
+
+    outcome = await settle(client, "h", RecoveryTiming(), clock=lambda: now[0], sleep=sleep)  # type: ignore[arg-type]
+    return outcome, client, sleeps
+
+
+async def test_recovery_asks_with_backoff_until_the_run_ends() -> None:
+    outcome, client, sleeps = await run_settle(["running"] * 6 + ["completed"])
+    assert outcome == Outcome("completed", "final text")
+    assert sleeps == [0.25, 0.5, 1.0, 2.0, 2.0, 2.0]
+    assert client.calls == 7
+
+
+async def test_recovery_reports_hermes_status() -> None:
+    assert (await run_settle(["running", "cancelled"]))[0] == Outcome("cancelled")
+    assert (await run_settle(["failed"]))[0] == Outcome("failed", error="it broke")
+
+
+async def test_unreachable_for_five_seconds_in_a_row_is_lost() -> None:
+    down = hc.HermesUnavailable("cannot reach Hermes")
+    outcome, _, sleeps = await run_settle([down, down, "running", *([down] * 20)])
+    assert outcome == Outcome("lost")
+    assert 5.0 <= sum(sleeps) <= 10.0
+
+
+async def test_a_run_hermes_forgot_is_lost_at_once() -> None:
+    outcome, client, _ = await run_settle([hc.HermesNotFound("no such run", status=404)])
+    assert outcome == Outcome("lost")
+    assert client.calls == 1
+    assert "Lost contact with Hermes" in LOST_ERROR
+
+
+async def test_a_quiet_stream_is_watched_and_a_silent_hermes_noticed() -> None:
+    now = [0.0]
+    down = hc.HermesUnavailable("cannot reach Hermes")
+    client = StatusClient(["running"] * 10 + [down] * 20, now)
+
+    async def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    def quiet_since() -> float | None:
+        return 0.0  # the reader has waited for an event since the start
+
+    await watch_stream(client, "h", quiet_since, RecoveryTiming(), clock=lambda: now[0], sleep=sleep)  # type: ignore[arg-type]
+    last_answer = 11.0  # the 10th status request, at t = 2 + 9 s
+    assert 5.0 <= now[0] - last_answer <= 7.0
+
+
+async def test_a_busy_stream_is_left_alone() -> None:
+    now = [0.0]
+    client = StatusClient([hc.HermesUnavailable("down")], now)
+    sleeps = 0
+
+    async def sleep(seconds: float) -> None:
+        nonlocal sleeps
+        sleeps += 1
+        now[0] += seconds
+        if sleeps > 30:
+            raise asyncio.CancelledError
+
+    with pytest.raises(asyncio.CancelledError):
+        await watch_stream(client, "h", lambda: None, RecoveryTiming(), clock=lambda: now[0], sleep=sleep)  # type: ignore[arg-type]
+    assert client.calls == 0
+
+
+# --- finished turns kept for snapshots ----------------------------------------------------------------
+
+
+def shown(*texts: tuple[Literal["user", "assistant"], str]) -> list[ev.HistoryMessage]:
+    return [ev.HistoryMessage(message_id=f"m{i + 1}", role=r, text=t, ts=None) for i, (r, t) in enumerate(texts)]
+
+
+def turn(run_id: str, user: str, answer: str, stored_before: int = 0) -> SettledTurn:
+    return SettledTurn(run_id, f"user-{run_id}", f"draft-{run_id}", user, answer, stored_before, finished_at=0.0)
+
+
+def test_a_stale_transcript_gets_the_finished_turns_it_lacks_in_order() -> None:
+    kept = SettledTurns(clock=lambda: 0.0)
+    kept.add("c", turn("r1", "hi", "You said: hi"))
+    kept.add("c", turn("r2", "hi", "You said: hi", stored_before=2))
+    stale = shown(("user", "hi"), ("assistant", "You said: hi"))  # holds r1 only
+    merged = kept.merged("c", stale)
+    assert [(m.message_id, m.text) for m in merged] == [
+        ("m1", "hi"), ("m2", "You said: hi"), ("user-r2", "hi"), ("draft-r2", "You said: hi"),
+    ]  # fmt: skip
+    fresh = shown(("user", "hi"), ("assistant", "You said: hi"), ("user", "hi"), ("assistant", "You said: hi"))
+    assert kept.merged("c", fresh) == fresh  # no duplicates
+
+
+def test_a_stored_turn_is_kept_while_a_read_that_began_before_is_under_way() -> None:
+    kept = SettledTurns(clock=lambda: 0.0)
+    kept.add("c", turn("r1", "hi", "You said: hi"))
+    with kept.reading("c"):
+        kept.stored("c", "r1", "m1", "m2")
+        assert len(kept) == 1  # this read may predate the turn's storage
+        assert [m.message_id for m in kept.merged("c", [])] == ["m1", "m2"]
+    assert len(kept) == 0
+    with kept.reading("c"):
+        assert kept.merged("c", []) == []
+
+
+def test_kept_turns_are_bounded() -> None:
+    now = [0.0]
+    kept = SettledTurns(per_conversation=3, max_age=10.0, clock=lambda: now[0])
+    for i in range(5):
+        kept.add("c", turn(f"r{i}", "q", "a"))
+    assert len(kept) == 3
+    now[0] = 11.0
+    kept.merged("c", [])
+    assert len(kept) == 0
+
+
+def test_turns_of_conversations_nobody_opens_are_bounded_in_all() -> None:
+    now = [0.0]
+    kept = SettledTurns(total=4, max_age=10.0, clock=lambda: now[0])
+    for i in range(6):
+        kept.add(f"c{i}", turn(f"r{i}", "q", "a"))
+    assert len(kept) == 4
+    assert kept.merged("c0", []) == []  # the stalest went first
+    now[0] = 20.0
+    kept.add("c9", SettledTurn("r9", "user-r9", "draft-r9", "q", "a", 0, finished_at=20.0))
+    assert len(kept) == 1  # the others grew too old
