@@ -8,7 +8,7 @@ import pytest
 
 from pheby.settings import Settings, load_settings
 
-pytest_plugins: list[str] = ["tests.real_hermes", "tests.demo_hermes_server", "tests.live_server"]
+pytest_plugins: list[str] = ["tests.real_hermes", "tests.demo_hermes_server", "tests.live_server", "tests.tcp_proxy"]
 
 TEST_SECRET = "test-owner-secret-0123456789abcdef"
 
