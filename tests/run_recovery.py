@@ -9,7 +9,8 @@ as arguments.
   `chat.send` gets `run_active`, Hermes runs one run only); then the client gets the run's real
   final text and `completed`, once each.
 - :func:`killed_hermes_scenario`: Hermes dies mid-run: `run.finished` `failed` within 10 s of the
-  kill; once Hermes is back, the same conversation runs a turn normally.
+  kill; once Hermes is back, the same conversation runs a turn normally. With ``cut_first``, the
+  stream is cut before the kill: Hermes dies while the server waits on a run it can't stream.
 """
 
 import asyncio
@@ -153,11 +154,18 @@ async def killed_hermes_scenario(
     first_delta_timeout: float,
     after_timeout: float,
     forbidden: list[str],
+    cut_first: TcpProxy | None = None,
 ) -> Started:
     """Kill Hermes mid-run (``kill``), expect `failed` in time, bring it back (``revive``), run another turn
     (``after_text``, answered with one of ``after_replies``) in the same conversation. ``forbidden`` texts (Hermes's
-    address) must not reach the client."""
+    address) must not reach the client. With ``cut_first`` (the proxy), the run's event stream is cut first
+    and the run must stay unfinished until the kill."""
     run = await start_run(client, slow_text, first_delta_timeout=first_delta_timeout)
+    if cut_first is not None:
+        cut = cut_first.cut_requests("GET", EVENTS_STREAM)
+        assert cut == 1, f"expected to cut the run's one event stream; cut {cut}, carrying {cut_first.connections()}"
+        early = await frame_within(client, "run.finished", QUIET_AFTER_CUT_S, run_id=run.run_id)
+        assert early is None, f"run.finished came after the cut, before Hermes died (it still ran the run): {early}"
     killed_at = time.monotonic()
     killing = asyncio.create_task(kill())
     try:

@@ -78,11 +78,13 @@ async def test_a_cut_stream_keeps_the_run_until_hermes_ends_it(
         )
 
 
+@pytest.mark.parametrize("cut_first", [False, True], ids=["streaming", "stream-cut-before"])
 async def test_a_killed_hermes_fails_the_run_and_the_conversation_works_once_it_is_back(
     client: PhebyClient,
     proxy: TcpProxy,
     hermes: DemoHermesServer,
     make_demo_hermes: Callable[..., DemoHermesServer],
+    cut_first: bool,
 ) -> None:
     async def kill() -> None:
         await asyncio.to_thread(hermes.stop)
@@ -104,4 +106,5 @@ async def test_a_killed_hermes_fails_the_run_and_the_conversation_works_once_it_
         first_delta_timeout=10,
         after_timeout=20,
         forbidden=[proxy.url, f"127.0.0.1:{proxy.port}", str(hermes.media_dir)],
+        cut_first=proxy if cut_first else None,
     )

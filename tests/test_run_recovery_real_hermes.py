@@ -88,12 +88,14 @@ def own_gateway(hermes_venv: Path, tmp_path: Path) -> Iterator[RealHermes]:
         yield hermes
 
 
+@pytest.mark.parametrize("cut_first", [False, True], ids=["streaming", "stream-cut-before"])
 async def test_a_killed_hermes_fails_the_run_and_the_conversation_works_once_it_is_back(
     start_live_server: Callable[[Settings], LiveServer],
     make_settings: Callable[..., Settings],
     make_tcp_proxy: Callable[..., TcpProxy],
     own_gateway: RealHermes,
     hermes_venv: Path,
+    cut_first: bool,
 ) -> None:
     port = int(own_gateway.base_url.rsplit(":", 1)[1])
     proxy = make_tcp_proxy(port)
@@ -119,4 +121,5 @@ async def test_a_killed_hermes_fails_the_run_and_the_conversation_works_once_it_
                 first_delta_timeout=FIRST_DELTA_TIMEOUT_S,
                 after_timeout=RUN_TIMEOUT_S,
                 forbidden=[proxy.url, f"127.0.0.1:{proxy.port}", f"127.0.0.1:{port}", own_gateway.api_key],
+                cut_first=proxy if cut_first else None,
             )
