@@ -16,6 +16,7 @@ pytest_plugins: list[str] = [
     "tests.live_server",
     "tests.s3_server",
     "tests.browser",
+    "tests.tcp_proxy",
 ]
 
 TEST_SECRET = "test-owner-secret-0123456789abcdef"

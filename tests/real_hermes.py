@@ -18,7 +18,8 @@ Fixtures
   ``hermes_down_base_url`` a loopback base URL on which nothing listens ("Hermes not started" tests).
 
 Helpers for tests that need their own gateway (a different config, a restart, ...):
-:func:`ensure_hermes_venv`, :func:`hermes_gateway` (a context manager) and :func:`unused_tcp_port`.
+:func:`ensure_hermes_venv`, :func:`hermes_gateway` (a context manager) and :func:`unused_tcp_port`;
+:func:`kill_gateway` crashes a gateway and :func:`relaunched_gateway` starts it again on the same port.
 
 Tests that use ``real_hermes`` should be marked ``hermes``, ``live`` and ``xdist_group("hermes")`` so one
 pytest-xdist worker owns the gateway; tests that use ``real_hermes_next`` likewise with ``xdist_group("hermes-next")``,
@@ -42,7 +43,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -113,7 +114,8 @@ class RealHermes:
     ``fake_llm_url`` the fake LLM's OpenAI base URL (``http://127.0.0.1:<port>/v1``); ``llm_log`` its JSON-lines
     request log; ``scratch_dir`` the fake LLM's scratch dir (``danger_target/`` is what DANGER tries to delete,
     ``pixel.png`` is what MEDIA names; write ``smart_verdict`` there to answer smart approvals);
-    ``gateway_log`` the gateway's stdout/stderr.
+    ``gateway_log`` the gateway's stdout/stderr; ``user_home`` its ``HOME`` and working directory; ``gateway``
+    its process (for :func:`kill_gateway`).
     """
 
     base_url: str
@@ -123,6 +125,8 @@ class RealHermes:
     llm_log: Path
     scratch_dir: Path
     gateway_log: Path
+    user_home: Path
+    gateway: subprocess.Popen[bytes] = field(repr=False, compare=False)
 
     @property
     def config_path(self) -> Path:
@@ -404,6 +408,20 @@ def _start_fake_llm(base: Path, scratch: Path, llm_log: Path) -> tuple[subproces
     )
 
 
+def _launch_gateway(hermes: Path, home: Path, user_home: Path, gateway_log: Path) -> subprocess.Popen[bytes]:
+    """``hermes gateway run`` on the ``config.yaml`` in ``home``, logging to ``gateway_log`` (not waited for)."""
+    with gateway_log.open("wb") as log_fh:
+        return subprocess.Popen(
+            [str(hermes), "gateway", "run", "-v"],
+            stdin=subprocess.DEVNULL,
+            stdout=log_fh,
+            stderr=subprocess.STDOUT,
+            cwd=user_home,
+            env=_gateway_env(home, user_home),
+            start_new_session=True,  # own process group: a Ctrl-C on pytest does not hit it mid-teardown
+        )
+
+
 def _wait_healthy(proc: subprocess.Popen[bytes], base_url: str, gateway_log: Path, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     last = "no answer yet"
@@ -468,16 +486,7 @@ def hermes_gateway(
                 before_start(home)
             extra = config["platforms"]["api_server"]["extra"]
             base_url = f"http://{extra['host']}:{extra['port']}"
-            with gateway_log.open("wb") as log_fh:
-                gateway = subprocess.Popen(
-                    [str(hermes), "gateway", "run", "-v"],
-                    stdin=subprocess.DEVNULL,
-                    stdout=log_fh,
-                    stderr=subprocess.STDOUT,
-                    cwd=user_home,
-                    env=_gateway_env(home, user_home),
-                    start_new_session=True,  # own process group: a Ctrl-C on pytest does not hit it mid-teardown
-                )
+            gateway = _launch_gateway(hermes, home, user_home, gateway_log)
             started.insert(0, (gateway, GATEWAY_STOP_GRACE_S))  # stop the gateway before its LLM
             try:
                 _wait_healthy(gateway, base_url, gateway_log, health_timeout)
@@ -495,10 +504,36 @@ def hermes_gateway(
             llm_log=llm_log,
             scratch_dir=scratch,
             gateway_log=gateway_log,
+            user_home=user_home,
+            gateway=gateway,
         )
     finally:
         for proc, grace in started:
             stop_process(proc, grace)
+
+
+def kill_gateway(process: subprocess.Popen[bytes]) -> None:
+    """Crash a gateway this harness started: SIGKILL to its own process group (it and what it spawned), reaped."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=GATEWAY_STOP_GRACE_S)
+
+
+@contextlib.contextmanager
+def relaunched_gateway(
+    running: RealHermes, *, hermes: Path | None = None, health_timeout: float = HEALTH_TIMEOUT_S
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Start ``running``'s gateway again after it died: the same home and ``config.yaml`` (so the same port,
+    key and fake LLM), logging to ``gateway-relaunched.log`` beside its first log; stopped on exit."""
+    hermes = hermes or ensure_hermes_venv()
+    log = running.gateway_log.with_name("gateway-relaunched.log")
+    process = _launch_gateway(hermes, running.home, running.user_home, log)
+    try:
+        _wait_healthy(process, running.base_url, log, health_timeout)
+        yield process
+    finally:
+        stop_process(process, GATEWAY_STOP_GRACE_S)
 
 
 # --------------------------------------------------------------------------------------------------------------

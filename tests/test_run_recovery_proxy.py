@@ -1,0 +1,110 @@
+"""A run survives a cut event stream, and a Hermes that dies mid-run ends it `failed`: the demo Hermes.
+
+A TCP proxy (tests/tcp_proxy.py) sits between the live server and a private demo Hermes, so a test
+can cut the run's SSE stream (the demo goes on running the run) or stop the demo and later point
+the proxy at a new one. The scenarios are in tests/run_recovery.py, shared with the real gateway.
+"""
+
+import asyncio
+import secrets
+from collections.abc import AsyncIterator, Callable
+from typing import Final
+
+import pytest
+
+from demo_hermes import DemoHermesServer
+from pheby.settings import Settings
+from tests.demo_hermes_server import client_for
+from tests.live_server import LiveServer, hermes_settings
+from tests.run_recovery import killed_hermes_scenario, stream_cut_scenario
+from tests.tcp_proxy import TcpProxy
+from tests.ws_client import PhebyClient
+
+pytestmark = [pytest.mark.anyio, pytest.mark.live]
+
+# `/demo slow` streams "tick 0 " … "tick 99 ", 50 ms apart (demo_hermes/agent.py): a 5 s run.
+SLOW_FINAL_TEXT: Final = "".join(f"tick {i} " for i in range(100)).strip()
+
+
+@pytest.fixture
+def hermes(make_demo_hermes: Callable[..., DemoHermesServer]) -> DemoHermesServer:
+    """A demo Hermes of this test's own: what it ran is this test's alone, and it may be stopped."""
+    return make_demo_hermes()
+
+
+@pytest.fixture
+def proxy(make_tcp_proxy: Callable[..., TcpProxy], hermes: DemoHermesServer) -> TcpProxy:
+    return make_tcp_proxy(hermes.port)
+
+
+@pytest.fixture
+def server(
+    start_live_server: Callable[[Settings], LiveServer],
+    live_settings: Callable[..., Settings],
+    hermes: DemoHermesServer,
+    proxy: TcpProxy,
+) -> LiveServer:
+    """The server, reaching the demo's gateway and dashboard only through the proxy."""
+    return start_live_server(
+        live_settings(
+            **{**hermes_settings(hermes), "hermes_url": proxy.url, "hermes_dashboard_url": proxy.url},
+            media_roots=(hermes.media_dir,),
+        )
+    )
+
+
+@pytest.fixture
+async def client(server: LiveServer) -> AsyncIterator[PhebyClient]:
+    client = await PhebyClient.connect(server.ws_url, server.secret)
+    yield client
+    await client.close()
+
+
+async def test_a_cut_stream_keeps_the_run_until_hermes_ends_it(
+    client: PhebyClient, proxy: TcpProxy, hermes: DemoHermesServer
+) -> None:
+    marker = f"m{secrets.token_hex(4)}"
+    async with client_for(hermes) as direct:
+        await stream_cut_scenario(
+            client,
+            proxy,
+            direct,
+            marker=marker,
+            slow_text=f"/demo slow {marker}",
+            final_text=SLOW_FINAL_TEXT,
+            second_text=f"second try {marker}",
+            first_delta_timeout=10,
+            finish_timeout=20,
+        )
+
+
+@pytest.mark.parametrize("cut_first", [False, True], ids=["streaming", "stream-cut-before"])
+async def test_a_killed_hermes_fails_the_run_and_the_conversation_works_once_it_is_back(
+    client: PhebyClient,
+    proxy: TcpProxy,
+    hermes: DemoHermesServer,
+    make_demo_hermes: Callable[..., DemoHermesServer],
+    cut_first: bool,
+) -> None:
+    async def kill() -> None:
+        await asyncio.to_thread(hermes.stop)
+
+    async def revive() -> None:
+        # The same keys on a new port: to the server (behind the proxy) it is the same Hermes, restarted.
+        again = await asyncio.to_thread(
+            make_demo_hermes, api_key=hermes.api_key, dashboard_token=hermes.dashboard_token
+        )
+        proxy.retarget(again.port)
+
+    await killed_hermes_scenario(
+        client,
+        slow_text="/demo slow",
+        kill=kill,
+        revive=revive,
+        after_text="hello again",
+        after_replies=("You said: hello again",),
+        first_delta_timeout=10,
+        after_timeout=20,
+        forbidden=[proxy.url, f"127.0.0.1:{proxy.port}", str(hermes.media_dir)],
+        cut_first=proxy if cut_first else None,
+    )
