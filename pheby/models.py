@@ -1,8 +1,9 @@
 """Model and reasoning-effort selection through Hermes's dashboard API.
 
 Hermes 0.19.0 can change the model and effort only globally (the dashboard's `/api/model/set`
-and `PUT /api/config`); a change for one conversation needs the companion plugin
-(`pheby.conversation_settings`).
+and `PUT /api/config`); a change for one conversation needs the companion plugin, or a gateway
+with native `model_options` (`pheby.conversation_settings`). Such a gateway also lists its models
+itself (`GET /api/model/options` on the API server), which is used when no dashboard is configured.
 """
 
 from collections.abc import Awaitable
@@ -12,6 +13,7 @@ import hermes_client as hc
 from pheby.accounts import Account
 from pheby.errors import BadRequest, NotImplementedByUpstream, Unavailable, UpstreamFailure
 from pheby.events import ProviderModels
+from pheby.hermes_features import HermesFeatures
 from pheby.hermes_pool import HermesClients
 
 REASONING_EFFORTS = ["none", "minimal", "low", "medium", "high", "xhigh", "max", "ultra"]
@@ -26,8 +28,9 @@ NO_DASHBOARD = (
 class ModelChoices:
     """What the account's Hermes offers, and the global model and effort it uses."""
 
-    def __init__(self, hermes: HermesClients) -> None:
+    def __init__(self, hermes: HermesClients, features: HermesFeatures | None = None) -> None:
         self._hermes = hermes
+        self._features = features
 
     def _dashboard(self, account: Account) -> hc.HermesClient:
         client = self._hermes.for_account(account)
@@ -35,8 +38,15 @@ class ModelChoices:
             raise NotImplementedByUpstream(NO_DASHBOARD)
         return client
 
+    async def _model_options(self, account: Account) -> hc.ModelOptions:
+        """The dashboard's model list, else (no dashboard) the API server's own where it advertises one."""
+        client = self._hermes.for_account(account)
+        if not client.has_dashboard and self._features and (await self._features.of(account)).model_options:
+            return await _call(client.api_model_options())
+        return await _call(self._dashboard(account).model_options())
+
     async def options(self, account: Account) -> tuple[list[ProviderModels], str | None, str | None]:
-        options = await _call(self._dashboard(account).model_options())
+        options = await self._model_options(account)
         providers = [
             ProviderModels(
                 slug=p.slug,
