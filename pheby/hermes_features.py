@@ -100,10 +100,11 @@ class HermesFeatures:
     def _lock(self, client: hc.HermesClient) -> asyncio.Lock:
         return self._locks.setdefault(client, asyncio.Lock())
 
-    async def read(self, client: hc.HermesClient, within: float = READ_TIMEOUT_SECONDS) -> hc.HermesCapabilities | None:
-        """Ask the gateway what it offers and keep the answer; None (the last answer kept) when it can't say."""
+    async def read(self, client: hc.HermesClient, within: float | None = None) -> hc.HermesCapabilities | None:
+        """Ask the gateway what it offers (within `READ_TIMEOUT_SECONDS` unless told) and keep the answer;
+        None (the last answer kept) when it can't say."""
         try:
-            async with asyncio.timeout(within):
+            async with asyncio.timeout(READ_TIMEOUT_SECONDS if within is None else within):
                 found = await client.get_capabilities()
         except (hc.HermesError, TimeoutError) as exc:
             log.debug("reading a Hermes gateway's capabilities failed (%s)", type(exc).__name__)

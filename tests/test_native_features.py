@@ -8,7 +8,9 @@ the same requests are `not_implemented` and the paths `declined` (or `plugin` wi
 """
 
 import asyncio
-from collections.abc import Callable
+import socket
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -328,15 +330,47 @@ async def test_run_steer_is_not_implemented_on_0_19_0(
 # --- reading what a gateway offers --------------------------------------------------------------------
 
 
-async def test_start_up_does_not_wait_for_an_absent_hermes(
-    make_settings: Callable[..., Settings], hermes_down_base_url: str
+@pytest.fixture
+def silent_hermes_url() -> Iterator[str]:
+    """A loopback port that takes connections (the kernel's backlog) but never answers: a hung Hermes."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+
+async def test_start_up_does_not_wait_for_a_hung_hermes(
+    make_settings: Callable[..., Settings], silent_hermes_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    app = create_app(make_settings(hermes_url=hermes_down_base_url, hermes_api_key="k"))
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(hermes_features, "READ_TIMEOUT_SECONDS", 30.0)  # a read that would hold start-up up
-        async with asyncio.timeout(20), AsyncTestClient(app) as http:
-            body = (await http.get("/api/capabilities", headers=AUTH)).json()
+    monkeypatch.setattr(hermes_features, "READ_TIMEOUT_SECONDS", 60.0)  # a start-up read would wait 30 s (httpx)
+    app = create_app(make_settings(hermes_url=silent_hermes_url, hermes_api_key="k"))
+    began = time.monotonic()
+    async with AsyncTestClient(app) as http:
+        started_in = time.monotonic() - began
+        body = (await http.get("/api/capabilities", headers=AUTH)).json()  # waits ≤ 2 s per probe
+    assert started_in < 15, f"start-up took {started_in:.1f} s: it waited for Hermes"
     assert body["capabilities"]["paths"] == ALL_DECLINED
+
+
+async def test_a_new_hermes_process_seen_by_the_plugin_is_read_at_once(make_settings: Callable[..., Settings]) -> None:
+    restarts: list[str] = []
+    boot = ["boot-1"]
+
+    def plugin(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"plugin": "pheby_bridge", "boot_id": boot[0], "features": []})
+
+    settings = make_settings(hermes_url="http://hermes.test", plugin_secret=PLUGIN_SECRET)
+    link = PluginLink(
+        settings, transport=httpx.MockTransport(plugin), when_hermes_restarts=lambda: restarts.append(boot[0])
+    )
+    try:
+        assert await link.handshake()
+        assert await link.handshake()  # the same process again: nothing to read
+        boot[0] = "boot-2"  # Hermes restarted
+        assert await link.handshake()
+        assert restarts == ["boot-1", "boot-2"]
+    finally:
+        await link.aclose()
 
 
 class ScriptedGateway:
