@@ -1,9 +1,8 @@
 """Model and reasoning-effort selection through Hermes's dashboard API.
 
 Hermes 0.19.0 can change the model and effort only globally (the dashboard's `/api/model/set`
-and `PUT /api/config`); a change for one conversation needs the companion plugin, or a gateway
-with native `model_options` (`pheby.conversation_settings`). Such a gateway also lists its models
-itself (`GET /api/model/options` on the API server), which is used when no dashboard is configured.
+and `PUT /api/config`); a change for one conversation needs the companion plugin
+(`pheby.conversation_settings`).
 """
 
 from collections.abc import Awaitable
@@ -38,13 +37,6 @@ class ModelChoices:
             raise NotImplementedByUpstream(NO_DASHBOARD)
         return client
 
-    async def _model_options(self, account: Account) -> hc.ModelOptions:
-        """The dashboard's model list, else (no dashboard) the API server's own where it advertises one."""
-        client = self._hermes.for_account(account)
-        if not client.has_dashboard and self._features and (await self._features.of(account)).model_options:
-            return await _call(client.api_model_options())
-        return await _call(self._dashboard(account).model_options())
-
     async def options(self, account: Account) -> tuple[list[ProviderModels], str | None, str | None]:
         options = await self._model_options(account)
         providers = [
@@ -58,6 +50,15 @@ class ModelChoices:
             for p in options.providers
         ]
         return providers, options.model, options.provider
+
+    # A gateway with native `model_options` (0.22-era) lists its models itself (`GET /api/model/options` on
+    # the API server); that list is used when no dashboard is configured.
+    async def _model_options(self, account: Account) -> hc.ModelOptions:
+        """The dashboard's model list, else (no dashboard) the API server's own where it advertises one."""
+        client = self._hermes.for_account(account)
+        if not client.has_dashboard and self._features and (await self._features.of(account)).model_options:
+            return await _call(client.api_model_options())
+        return await _call(self._dashboard(account).model_options())
 
     async def set_model(self, account: Account, model: str, provider: str | None) -> str:
         """Change the global model; returns the provider it was set for."""
