@@ -14,7 +14,6 @@ import logging
 import sqlite3
 import time
 from collections.abc import Callable
-from typing import Any
 
 import msgspec
 
@@ -22,7 +21,7 @@ from pheby.accounts import Account
 from pheby.conversations import Conversation, Conversations
 from pheby.db import Database
 from pheby.errors import BadRequest, NotImplementedByUpstream, PhebyError
-from pheby.hermes_features import HermesFeatures
+from pheby.hermes_features import NO_RUN_OPTIONS, HermesFeatures, RunOptions
 from pheby.hermes_pool import HermesClients
 from pheby.models import REASONING_EFFORTS, ModelChoices
 from pheby.plugin_link import NO_EXTRAS, PluginExtras, PluginLink, SessionSettings
@@ -45,17 +44,6 @@ class Overrides(msgspec.Struct, frozen=True, kw_only=True):
     model: str | None = None
     provider: str | None = None
     effort: str | None = None
-
-
-class RunOptions(msgspec.Struct, frozen=True, kw_only=True):
-    """What a run of one conversation sends on `POST /v1/runs` for its own model and effort (None: not sent)."""
-
-    model: str | None = None
-    provider: str | None = None
-    model_options: dict[str, Any] | None = None
-
-
-NO_RUN_OPTIONS = RunOptions()
 
 
 class ModelView(msgspec.Struct, frozen=True, kw_only=True):

@@ -21,7 +21,7 @@ advertised: the client notes it from each stream it reads (`HermesClient.stream_
 
 import asyncio
 import logging
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 import msgspec
 
@@ -49,6 +49,18 @@ class FeaturePaths(msgspec.Struct, frozen=True, kw_only=True):
     conversation_effort: FeaturePath  # `reasoning.set` with a conversation_id
     steer: FeaturePath  # `run.steer`
     stream_resume: FeaturePath  # a broken run stream picked up where it broke (`Last-Event-ID`)
+
+
+class RunOptions(msgspec.Struct, frozen=True, kw_only=True):
+    """What one run sends on `POST /v1/runs` for its conversation's own model and effort (None: not sent);
+    made by `ConversationSettings.run_options`, here so the run engine can name it without an import cycle."""
+
+    model: str | None = None
+    provider: str | None = None
+    model_options: dict[str, Any] | None = None
+
+
+NO_RUN_OPTIONS: Final = RunOptions()
 
 
 def feature_paths(capabilities: hc.HermesCapabilities, extras: PluginExtras, stream_numbered: bool) -> FeaturePaths:

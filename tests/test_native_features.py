@@ -24,8 +24,7 @@ from demo_hermes.newer import STEER_ANSWER_PREFIX
 from handlers.app import create_app
 from pheby import hermes_features
 from pheby.accounts import Account, Accounts, HermesAccountSettings
-from pheby.conversation_settings import NO_RUN_OPTIONS, RunOptions
-from pheby.hermes_features import FeaturePaths, HermesFeatures
+from pheby.hermes_features import NO_RUN_OPTIONS, FeaturePaths, HermesFeatures, RunOptions
 from pheby.hermes_pool import HermesClients
 from pheby.plugin_link import PluginExtras, PluginLink, SessionSettings
 from pheby.services import open_services
