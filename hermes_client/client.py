@@ -13,7 +13,7 @@ import httpx
 import msgspec
 
 from hermes_client.errors import HermesNotFound, HermesUnavailable, HermesUpstreamError, error_from_response
-from hermes_client.events import RUN_EVENT_DECODER, TERMINAL_EVENTS, RunEvent, decode_run_event
+from hermes_client.events import RUN_EVENT_DECODER, TERMINAL_EVENTS, ReplayTruncated, RunEvent, decode_run_event
 from hermes_client.models import (
     ApprovalResult,
     CapabilitiesDocument,
@@ -154,6 +154,7 @@ class HermesClient:
             timeout=timeout,
             transport=transport,
         )
+        self._stream_numbered: bool | None = None
         self._dashboard: httpx.AsyncClient | None = None
         if dashboard_url:
             self._dashboard = httpx.AsyncClient(
@@ -162,6 +163,12 @@ class HermesClient:
                 timeout=timeout,
                 transport=dashboard_transport or transport,
             )
+
+    @property
+    def stream_numbered(self) -> bool | None:
+        """Whether the last run stream read from this gateway numbered its events (``seq``), so that a broken
+        stream can be resumed with ``last_event_id``; None before any stream was read. Not advertised."""
+        return self._stream_numbered
 
     @property
     def has_dashboard(self) -> bool:
@@ -286,8 +293,15 @@ class HermesClient:
                     await response.aread()
                     raise error_from_response(response.status_code, response.content)
                 parser = SSEDataParser()
+                noted = False
                 async for chunk in response.aiter_bytes():
-                    for event in _decode_frames(*parser.feed_frames(chunk)):
+                    events = _decode_frames(*parser.feed_frames(chunk))
+                    if not noted and events:
+                        # replay.truncated (no seq of its own) comes only from a numbering gateway.
+                        first = events[0]
+                        self._stream_numbered = first.seq is not msgspec.UNSET or type(first) is ReplayTruncated
+                        noted = True
+                    for event in events:
                         yield event
                         if type(event) in _TERMINAL_TYPES:
                             return

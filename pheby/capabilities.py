@@ -17,6 +17,7 @@ from msgspec import UNSET, UnsetType
 
 import hermes_client as hc
 from pheby.accounts import Account
+from pheby.hermes_features import FeaturePaths
 from pheby.hermes_pool import HermesClients
 from pheby.plugin_link import PluginExtras
 
@@ -33,6 +34,8 @@ class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
     memory: bool  # the account's Hermes home is there to read memory files from
     # Which companion-plugin extras are live (booleans); left out when no plugin is configured.
     plugin: PluginExtras | UnsetType = UNSET
+    # Which path is live for each feature that differs between gateways: native, plugin or declined.
+    paths: FeaturePaths | UnsetType = UNSET
 
 
 def local_capabilities() -> Capabilities:

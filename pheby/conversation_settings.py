@@ -1,10 +1,13 @@
-"""A conversation's own model, reasoning effort and YOLO, applied in Hermes by the companion plugin.
+"""A conversation's own model, reasoning effort and YOLO, applied by Hermes itself or by the companion plugin.
 
 Hermes 0.19.0 cannot do this for one session over HTTP; the plugin can (`llm_request` middleware
-for model and effort, Hermes's own session YOLO). The overrides are kept here (the SQL of
+for model and effort, Hermes's own session YOLO). A gateway that advertises `model_options`
+(0.22-era) takes `model`, `provider` and `model_options.reasoning_effort` with each run: there the
+model and effort go with every run of the conversation (`run_options`), and the plugin's model and
+effort extras are off (the native path wins). The overrides are kept here (the SQL of
 `conversation_overrides` lives in this module) and handed to the plugin before every run of the
 conversation and whenever they change, so a restarted Hermes gets them back with the next run.
-Without a live plugin a conversation-scoped change is declined with `not_implemented`.
+With neither, a conversation-scoped change is declined with `not_implemented`.
 """
 
 import logging
@@ -18,6 +21,7 @@ from pheby.accounts import Account
 from pheby.conversations import Conversation, Conversations
 from pheby.db import Database
 from pheby.errors import BadRequest, NotImplementedByUpstream, PhebyError
+from pheby.hermes_features import NO_RUN_OPTIONS, HermesFeatures, RunOptions
 from pheby.hermes_pool import HermesClients
 from pheby.models import REASONING_EFFORTS, ModelChoices
 from pheby.plugin_link import NO_EXTRAS, PluginExtras, PluginLink, SessionSettings
@@ -26,9 +30,9 @@ from pheby.runs import hermes_session_id
 log = logging.getLogger("pheby.plugin")
 
 NEEDS_PLUGIN = (
-    "Changing the {what} of one conversation needs the companion Hermes plugin "
-    "(`pheby hermes install-plugin`), which is not live; omit conversation_id to change the default "
-    "for every conversation"
+    "Changing the {what} of one conversation needs a Hermes that offers per-run model options, or the "
+    "companion Hermes plugin (`pheby hermes install-plugin`), which is not live; omit conversation_id to "
+    "change the default for every conversation"
 )
 OTHER_PROVIDER = (
     "A conversation can only use another model of the current provider ({current}); "
@@ -56,6 +60,7 @@ class ConversationSettings:
         hermes: HermesClients,
         models: ModelChoices,
         link: PluginLink,
+        features: HermesFeatures,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._db = db
@@ -63,11 +68,39 @@ class ConversationSettings:
         self._hermes = hermes
         self._models = models
         self._link = link
+        self._features = features
         self._clock = clock
 
     def extras_for(self, account: Account) -> PluginExtras:
-        """The plugin's live extras for the account's Hermes (none when it is not the server's own)."""
-        return self._link.extras() if self._link.serves(self._hermes.url_for(account)) else NO_EXTRAS
+        """The plugin's live extras for the account's Hermes (none when it is not the server's own).
+
+        On a gateway with native `model_options` the plugin's model and effort extras are off: the
+        run itself carries them (`run_options`)."""
+        extras = self._link.extras() if self._link.serves(self._hermes.url_for(account)) else NO_EXTRAS
+        if (extras.model or extras.reasoning) and self._features.known(account).model_options:
+            extras = msgspec.structs.replace(extras, model=False, reasoning=False)
+        return extras
+
+    async def _extras(self, account: Account) -> PluginExtras:
+        """`extras_for`, once the account's gateway has been read (so a native path is known to win)."""
+        await self._features.of(account)
+        return self.extras_for(account)
+
+    async def _native(self, account: Account) -> bool:
+        """Whether the account's gateway takes a model and effort with each run (`model_options`)."""
+        return (await self._features.of(account)).model_options
+
+    async def run_options(self, account: Account, conversation: Conversation) -> RunOptions:
+        """What to send on `POST /v1/runs` for this conversation's own model and effort: its overrides on a
+        gateway with native `model_options`, nothing otherwise (or when it has none)."""
+        if not await self._native(account):
+            return NO_RUN_OPTIONS
+        own = await self.overrides(conversation.id)
+        return RunOptions(
+            model=own.model,
+            provider=own.provider if own.model else None,
+            model_options={"reasoning_effort": own.effort} if own.effort else None,
+        )
 
     # --- storage ---------------------------------------------------------------------------
 
@@ -100,14 +133,16 @@ class ConversationSettings:
     # --- changes from clients --------------------------------------------------------------
 
     async def set_model(self, account: Account, conversation_id: str, model: str, provider: str | None) -> str | None:
-        """Use `model` (of the current provider) in one conversation; returns the provider it names."""
+        """Use `model` in one conversation (through the plugin: of the current provider only); returns the
+        provider it names."""
         conversation = await self._conversations.get(account.id, conversation_id)
-        if not self.extras_for(account).model:
+        native = await self._native(account)
+        if not native and not (await self._extras(account)).model:
             raise NotImplementedByUpstream(NEEDS_PLUGIN.format(what="model"))
         model = model.strip()
         if not model:
             raise BadRequest("model must not be blank")
-        if provider is not None:
+        if provider is not None and not native:  # the plugin can switch models within the current provider only
             current = await self._current_provider(account)
             if provider != current:
                 raise NotImplementedByUpstream(OTHER_PROVIDER.format(current=current or "unknown"))
@@ -120,7 +155,7 @@ class ConversationSettings:
         conversation = await self._conversations.get(account.id, conversation_id)
         if effort not in REASONING_EFFORTS:
             raise BadRequest(f"effort must be one of: {', '.join(REASONING_EFFORTS)}")
-        if not self.extras_for(account).reasoning:
+        if not await self._native(account) and not (await self._extras(account)).reasoning:
             raise NotImplementedByUpstream(NEEDS_PLUGIN.format(what="reasoning effort"))
         await self._store(conversation.id, effort=effort)
         await self.sync(account, conversation)
@@ -145,12 +180,12 @@ class ConversationSettings:
     # --- what clients see ------------------------------------------------------------------
 
     async def own_model(self, account: Account, conversation_id: str | None) -> ModelView | None:
-        """A conversation's own model, when it has one and the plugin applies it."""
+        """A conversation's own model, when it has one and Hermes or the plugin applies it."""
         if conversation_id is None:
             return None
         await self._conversations.get(account.id, conversation_id)
         own = await self.overrides(conversation_id)
-        if own.model and self.extras_for(account).model:
+        if own.model and (await self._native(account) or self.extras_for(account).model):
             provider = own.provider or await self._current_provider_if_known(account)
             return ModelView(model=own.model, provider=provider, scope="conversation")
         return None
@@ -168,7 +203,7 @@ class ConversationSettings:
         if conversation_id is not None:
             await self._conversations.get(account.id, conversation_id)
             own = await self.overrides(conversation_id)
-            if own.effort and self.extras_for(account).reasoning:
+            if own.effort and (await self._native(account) or self.extras_for(account).reasoning):
                 return own.effort, "conversation"
         return await self._models.effort(account), "global"
 
@@ -188,7 +223,7 @@ class ConversationSettings:
 
     async def sync(self, account: Account, conversation: Conversation) -> None:
         """Hand a changed setting to the plugin now (a running run picks it up from its next step)."""
-        extras = self.extras_for(account)
+        extras = await self._extras(account)
         if not extras.live:
             return
         settings = await self._session_settings(conversation, hermes_session_id(conversation), extras)
@@ -197,7 +232,7 @@ class ConversationSettings:
 
     async def prepare_run(self, account: Account, conversation: Conversation, session_id: str) -> PluginExtras:
         """Before a run: the plugin gets the session's settings; the extras the run may use."""
-        extras = self.extras_for(account)
+        extras = await self._extras(account)
         if not extras.live:
             return NO_EXTRAS
         settings = await self._session_settings(conversation, session_id, extras)

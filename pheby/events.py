@@ -159,6 +159,14 @@ class RunFinished(Event, frozen=True, tag="run.finished"):
     error: str | UnsetType = UNSET
 
 
+class RunSteered(Event, frozen=True, tag="run.steered"):
+    """A `run.steer` reached the run's agent (extension of protocol v1, docs/protocol-extensions.md)."""
+
+    conversation_id: str
+    run_id: str
+    accepted: bool
+
+
 class ToolEvent(Event, frozen=True, tag="tool.event"):
     conversation_id: str
     run_id: str
@@ -237,6 +245,8 @@ class ModelsSnapshot(Event, frozen=True, tag="models.snapshot"):
     scope: str | UnsetType = UNSET
     # Which companion-plugin extras are live (`pheby.plugin_link.PluginExtras`); absent without a plugin.
     plugin: Any = UNSET
+    # Which path each gateway-dependent feature takes (`pheby.hermes_features.FeaturePaths`).
+    paths: Any = UNSET
 
 
 class ModelCurrent(Event, frozen=True, tag="model.current"):

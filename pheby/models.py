@@ -16,6 +16,7 @@ import hermes_client as hc
 from pheby.accounts import Account
 from pheby.errors import BadRequest, NotImplementedByUpstream, Unauthorized, Unavailable, UpstreamFailure
 from pheby.events import ProviderModels
+from pheby.hermes_features import HermesFeatures
 from pheby.hermes_pool import HermesClients
 from pheby.redact import sanitize_error
 
@@ -31,8 +32,9 @@ NO_DASHBOARD = (
 class ModelChoices:
     """What the account's Hermes offers, and the global model and effort it uses."""
 
-    def __init__(self, hermes: HermesClients) -> None:
+    def __init__(self, hermes: HermesClients, features: HermesFeatures | None = None) -> None:
         self._hermes = hermes
+        self._features = features
 
     def _dashboard(self, account: Account) -> hc.HermesClient:
         client = self._hermes.for_account(account)
@@ -47,7 +49,7 @@ class ModelChoices:
         return self._dashboard(account)
 
     async def options(self, account: Account) -> tuple[list[ProviderModels], str | None, str | None]:
-        options = await _call(self._dashboard(account).model_options())
+        options = await self._model_options(account)
         providers = [
             ProviderModels(
                 slug=p.slug,
@@ -59,6 +61,15 @@ class ModelChoices:
             for p in options.providers
         ]
         return providers, options.model, options.provider
+
+    # A gateway with native `model_options` (0.22-era) lists its models itself (`GET /api/model/options` on
+    # the API server); that list is used when no dashboard is configured.
+    async def _model_options(self, account: Account) -> hc.ModelOptions:
+        """The dashboard's model list, else (no dashboard) the API server's own where it advertises one."""
+        client = self._hermes.for_account(account)
+        if not client.has_dashboard and self._features and (await self._features.of(account)).model_options:
+            return await _call(client.api_model_options())
+        return await _call(self._dashboard(account).model_options())
 
     async def set_model(self, account: Account, model: str, provider: str | None) -> str:
         """Change the global model of the account's own Hermes; returns the provider it was set for."""

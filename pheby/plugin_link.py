@@ -21,6 +21,7 @@ import hmac
 import ipaddress
 import logging
 import time
+from collections.abc import Callable
 from typing import Any, Final
 
 import httpx
@@ -80,7 +81,14 @@ def plugin_secret(settings: Settings) -> str:
 
 
 class PluginLink:
-    def __init__(self, settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        when_hermes_restarts: Callable[[], None] | None = None,
+    ) -> None:
+        self._when_hermes_restarts = when_hermes_restarts
         self._hermes_url = settings.hermes_url.rstrip("/")
         self._secret = plugin_secret(settings)
         self._path = f"/api/platforms/{settings.plugin_platform}/events"
@@ -185,6 +193,8 @@ class PluginLink:
                 return False
             if hello.boot_id != self._boot_id:
                 log.info("the companion plugin answered (Hermes process %s)", hello.boot_id[:8])
+                if self._when_hermes_restarts is not None:  # a new Hermes process may offer other features
+                    self._when_hermes_restarts()
             self._boot_id = hello.boot_id
             self._features = frozenset(hello.features)
             self._inbound_ok = True

@@ -16,6 +16,7 @@ from pheby.conversations import Conversations
 from pheby.db import Database
 from pheby.errors import PhebyError
 from pheby.events import AttachmentAdded
+from pheby.hermes_features import HermesFeatures
 from pheby.hermes_pool import HermesClients
 from pheby.hub import Hub
 from pheby.lockout import AddressSlots, FailureLimiter, LoginGuard
@@ -55,13 +56,17 @@ class Services:
         self.memory = MemoryFiles(hermes)
         self.artifacts = Artifacts(db, ArtifactLimits.from_settings(settings))
         self.change_feed = ChangeFeed(db)
-        self.models = ModelChoices(hermes)
+        # What each gateway offers natively (read at start-up and kept current by `watch`).
+        self.hermes_features = HermesFeatures(hermes, accounts)
+        self.models = ModelChoices(hermes, self.hermes_features)
         self.attachments = Attachments(db, blobs, settings)
         # A deleted conversation's uploads are no longer left where the agent could read them.
         self.conversations.when_deleted(self.attachments.remove_agent_copies)
         # The companion Hermes plugin: its link, the per-conversation settings it applies, its pushes.
-        self.plugin_link = PluginLink(settings)
-        self.conversation_settings = ConversationSettings(db, self.conversations, hermes, self.models, self.plugin_link)
+        self.plugin_link = PluginLink(settings, when_hermes_restarts=self.hermes_features.hermes_restarted)
+        self.conversation_settings = ConversationSettings(
+            db, self.conversations, hermes, self.models, self.plugin_link, self.hermes_features
+        )
         self.runs = RunManager(
             self.hub,
             self.conversations,
@@ -168,9 +173,12 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
             hermes=hermes,
         )
         stack.push_async_callback(services.plugin_link.aclose)
+        stack.push_async_callback(services.hermes_features.aclose)
         stack.push_async_callback(services.stop_background)
         stack.push_async_callback(services.runs.shutdown)
         services.background(asyncio.create_task(services.revocations.watch(), name="revocations"))
+        # Not awaited: a slow or absent Hermes must not hold up start-up (each read is bounded, and retried).
+        services.background(asyncio.create_task(services.hermes_features.watch(), name="hermes-features"))
         if services.plugin_link.configured:
             services.background(asyncio.create_task(services.plugin_link.run(), name="plugin-link"))
         yield services

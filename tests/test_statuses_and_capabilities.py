@@ -77,6 +77,9 @@ async def test_statuses_need_a_caller(make_settings: Callable[..., Settings], pa
 
 # --- capabilities through the route --------------------------------------------------------------
 
+# 0.19.0 without the companion plugin: every gateway-dependent feature is declined (tests/test_native_features.py).
+NOTHING_NATIVE = dict.fromkeys(("conversation_model", "conversation_effort", "steer", "stream_resume"), "declined")
+
 
 async def test_everything_qualified_on_the_demo_hermes(
     make_settings: Callable[..., Settings], demo_hermes: DemoHermesServer, tmp_path: Path
@@ -86,7 +89,7 @@ async def test_everything_qualified_on_the_demo_hermes(
     settings = demo_settings(make_settings, demo_hermes, vision_models=("other", "demo-model"), hermes_home=home)
     status, body, text = await get_json(settings, "/api/capabilities")
     assert status == 200
-    assert body == {"capabilities": dict.fromkeys(CAPABILITY_KEYS, True)}
+    assert body == {"capabilities": {**dict.fromkeys(CAPABILITY_KEYS, True), "paths": NOTHING_NATIVE}}
     for secret in (demo_hermes.base_url, demo_hermes.api_key, demo_hermes.dashboard_token, str(home)):
         assert secret not in text
 
@@ -106,6 +109,7 @@ async def test_nothing_qualified_when_hermes_is_unreachable(make_settings: Calla
             "image": False,
             "tasks": False,
             "memory": False,
+            "paths": NOTHING_NATIVE,
         }
     }
     assert "127.0.0.1" not in text

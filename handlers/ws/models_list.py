@@ -1,7 +1,8 @@
-"""`models.list` → `models.snapshot` from Hermes's own picker data (the dashboard API).
+"""`models.list` → `models.snapshot` from Hermes's own picker data (the dashboard API, else the API server's).
 
 With a conversation_id, the current model and scope are that conversation's; `plugin` says which
-companion-plugin extras are live (left out when no plugin is configured).
+companion-plugin extras are live (left out when no plugin is configured); `paths` which path each
+gateway-dependent feature takes (native, plugin or declined), as in `/api/capabilities`.
 """
 
 from msgspec import UNSET
@@ -22,6 +23,8 @@ async def handle(ctx: WsContext, msg: ModelsList) -> None:
     own = await settings.own_model(ctx.account, msg.conversation_id)
     providers, model, provider = await ctx.services.models.options(ctx.account)
     view = own or ModelView(model=model, provider=provider, scope="global")
+    await ctx.services.hermes_features.of(ctx.account)  # read now if start-up has not yet (bounded)
+    extras = settings.extras_for(ctx.account)
     ctx.reply(
         ModelsSnapshot(
             request_id=rid(msg.request_id),
@@ -30,6 +33,7 @@ async def handle(ctx: WsContext, msg: ModelsList) -> None:
             current_provider=view.provider,
             supported_reasoning_efforts=MODEL_EFFORTS,
             scope=view.scope,
-            plugin=settings.extras_for(ctx.account) if ctx.services.plugin_link.configured else UNSET,
+            plugin=extras if ctx.services.plugin_link.configured else UNSET,
+            paths=ctx.services.hermes_features.paths(ctx.account, extras),
         )
     )

@@ -26,6 +26,7 @@ from handlers.ws import (
     reasoning_current,
     reasoning_set,
     run_cancel,
+    run_steer,
     yolo_current,
     yolo_set,
 )
@@ -44,6 +45,7 @@ HANDLERS: dict[type[ClientMessage], Handler] = {
     conversation_delete.ConversationDelete: conversation_delete.handle,
     chat_send.ChatSend: chat_send.handle,
     run_cancel.RunCancel: run_cancel.handle,
+    run_steer.RunSteer: run_steer.handle,
     approval_respond.ApprovalRespond: approval_respond.handle,
     clarify_respond.ClarifyRespond: clarify_respond.handle,
     yolo_current.YoloCurrent: yolo_current.handle,
