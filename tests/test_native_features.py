@@ -157,11 +157,6 @@ async def test_run_options_carry_a_conversations_overrides_only_on_a_native_gate
         assert getattr(refused.value, "code", None) == "not_implemented"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="NEEDS THE ENGINE LINE: the run engine must pass ConversationSettings.run_options(...) to create_run "
-    "(see the nativefeatures report); remove this marker when it does",
-)
 async def test_a_conversations_runs_ask_hermes_for_its_own_model_and_effort(
     start_live_server: Callable[[Settings], LiveServer],
     live_settings: Callable[..., Settings],

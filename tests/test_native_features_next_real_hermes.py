@@ -90,11 +90,6 @@ async def test_run_options_give_the_conversations_override(
         assert await services.conversation_settings.run_options(owner, plain) == NO_RUN_OPTIONS
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="NEEDS THE ENGINE LINE: the run engine must pass ConversationSettings.run_options(...) to create_run "
-    "(see the nativefeatures report); remove this marker when it does",
-)
 async def test_the_llm_is_asked_for_a_conversations_own_model_in_its_runs_only(
     server: LiveServer, real_hermes_next: RealHermes
 ) -> None:

@@ -33,6 +33,7 @@ from pheby.errors import (
     Unavailable,
     UpstreamFailure,
 )
+from pheby.hermes_features import NO_RUN_OPTIONS, RunOptions
 from pheby.history import transcript
 from pheby.hub import Hub
 from pheby.media_tags import media_paths, strip_media
@@ -83,6 +84,10 @@ class RunPlugin(Protocol):
         ...
 
     async def answer_clarify(self, clarify_id: str, response: str) -> bool: ...
+
+    async def run_options(self, account: Account, conversation: Conversation) -> RunOptions:
+        """The conversation's own model and effort for `POST /v1/runs` (nothing unless Hermes takes them)."""
+        ...
 
 
 def session_key(conversation_id: str) -> str:
@@ -226,6 +231,9 @@ class RunManager:
         try:
             session_id = hermes_session_id(conversation)
             run.extras = await self._plugin_extras(run, conversation, session_id)
+            options = (
+                NO_RUN_OPTIONS if self._plugin is None else await self._plugin.run_options(run.account, conversation)
+            )
             stored = await self._stored_turns(run, conversation)
             if stored is not None:
                 run.sent_text, run.stored_before = hermes_input, max((m.id for m in stored), default=0)
@@ -245,6 +253,9 @@ class RunManager:
                 session_id=session_id,
                 conversation_history=history,
                 instructions=RUN_INSTRUCTIONS,
+                model=options.model,
+                provider=options.provider,
+                model_options=options.model_options,
             )
             self._watch_plugin(run, handle.run_id)
             run.phase.move("running")
