@@ -11,13 +11,13 @@ from pheby.artifacts import ArtifactLimits, Artifacts
 from pheby.attachments import Attachments, pheby_descriptor
 from pheby.auth import Authenticator
 from pheby.changes import ChangeFeed
+from pheby.coalesce import CoalescingHub
 from pheby.conversation_settings import ConversationSettings
 from pheby.conversations import Conversations
 from pheby.db import Database
 from pheby.errors import PhebyError
 from pheby.events import AttachmentAdded
 from pheby.hermes_pool import HermesClients
-from pheby.hub import Hub
 from pheby.lockout import FailureLimiter
 from pheby.memory import MemoryFiles
 from pheby.models import ModelChoices
@@ -46,7 +46,7 @@ class Services:
         self.hermes = hermes
         self.login_limiter = FailureLimiter(db, "login")
         self.hello_limiter = FailureLimiter(db, "hello")
-        self.hub = Hub()
+        self.hub = CoalescingHub(delta_window_seconds=settings.ws_delta_window_ms / 1000)
         self.conversations = Conversations(db)
         self.task_owners = TaskOwners(db)
         self.tasks = Tasks(hermes, self.task_owners)

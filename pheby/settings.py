@@ -52,6 +52,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     log_format: Literal["text", "json"] = "text"
     # PHEBY_WS_HELLO_TIMEOUT: seconds a new WebSocket has to say hello.
     ws_hello_timeout: Annotated[float, msgspec.Meta(gt=0)] = 10.0
+    # PHEBY_WS_DELTA_WINDOW_MS: at most one `message.delta` per run per this many ms (0: every delta).
+    ws_delta_window_ms: Annotated[int, msgspec.Meta(ge=0, le=10_000)] = 100
+    # PHEBY_WS_COMPRESSION: accept permessage-deflate from clients that offer it.
+    ws_compression: bool = True
     # PHEBY_BODY_IDLE_TIMEOUT: seconds a request body may stall (no bytes at all) before a 408.
     body_idle_timeout: Annotated[float, msgspec.Meta(gt=0)] = 60.0
     # Attachment limits. Pheby uploads and agent deliverables are bounded per file and by retention;
@@ -122,6 +126,8 @@ ENV_NAMES: dict[str, str] = {
     "session_ttl_seconds": "PHEBY_SESSION_TTL_SECONDS",
     "log_format": "PHEBY_LOG_FORMAT",
     "ws_hello_timeout": "PHEBY_WS_HELLO_TIMEOUT",
+    "ws_delta_window_ms": "PHEBY_WS_DELTA_WINDOW_MS",
+    "ws_compression": "PHEBY_WS_COMPRESSION",
     "body_idle_timeout": "PHEBY_BODY_IDLE_TIMEOUT",
     "attachment_max_bytes": "PHEBY_ATTACHMENT_MAX_BYTES",
     "hope_upload_max_bytes": "PHEBY_HOPE_UPLOAD_MAX_BYTES",
