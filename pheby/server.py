@@ -15,6 +15,7 @@ from litestar import Litestar
 from handlers.app import create_app
 from pheby.services import Services
 from pheby.settings import Settings
+from pheby.ws_compression import CompressedWebSocketProtocol
 
 log = logging.getLogger("pheby.server")
 
@@ -69,8 +70,8 @@ def build_uvicorn_config(settings: Settings) -> uvicorn.Config:
         ws_max_size=WS_MAX_SIZE,
         ws_ping_interval=WS_PING_SECONDS,
         ws_ping_timeout=WS_PING_SECONDS,
-        # Compression state costs ~40 KiB per idle connection and is paid again per client per frame.
-        ws_per_message_deflate=False,
+        ws=CompressedWebSocketProtocol,  # permessage-deflate at a bounded cost: pheby/ws_compression.py
+        ws_per_message_deflate=settings.ws_compression,
         timeout_graceful_shutdown=10,
         log_config=None,
         proxy_headers=False,  # X-Forwarded-For is honoured only from PHEBY_TRUSTED_PROXIES, by the app

@@ -1,6 +1,7 @@
 """Streaming end to end (real uvicorn server, `websockets` client, demo Hermes): coalesced deltas and
 WebSocket compression."""
 
+import asyncio
 import itertools
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -8,8 +9,10 @@ from typing import Any
 import pytest
 
 from demo_hermes.long_stream import LONG_STREAM_DELTAS, long_stream_parts, part_marker
+from pheby import ws_compression
 from pheby.media_tags import visible_draft
 from pheby.settings import Settings
+from pheby.ws_compression import CompressedWebSocketProtocol, ReleasablePerMessageDeflate
 from tests.live_server import LiveServer
 from tests.ws_client import Frame, PhebyClient
 
@@ -105,3 +108,71 @@ async def test_a_snapshot_during_a_run_is_never_followed_by_older_text(
         assert later["text"].startswith(snapshot), "a delta older than the snapshot followed it"
     await driver.send("run.cancel", conversation_id=conversation_id, run_id=accepted["run_id"])
     await driver.expect("run.finished", timeout=30, run_id=accepted["run_id"])
+
+
+# --- permessage-deflate ---------------------------------------------------------------------------
+
+
+def server_deflates(server: LiveServer) -> list[ReleasablePerMessageDeflate]:
+    """The compression extension of every open server-side connection (read from the test's thread)."""
+    return [
+        extension
+        for protocol in list(server.server.server_state.connections)
+        if isinstance(protocol, CompressedWebSocketProtocol)
+        for extension in protocol.conn.extensions
+        if isinstance(extension, ReleasablePerMessageDeflate)
+    ]
+
+
+def negotiated(client: PhebyClient) -> str | None:
+    assert client.ws.response is not None
+    value: str | None = client.ws.response.headers.get("Sec-WebSocket-Extensions")
+    return value
+
+
+async def echo_run(client: PhebyClient, words: int) -> None:
+    """A `/demo echo` of a long text (large cumulative frames); its last delta must hold all of it."""
+    created = await client.request("conversation.create", "conversation.created", name="Echo")
+    conversation_id = created["conversation_id"]
+    text = "/demo echo " + " ".join(f"word{i}" for i in range(words))
+    await client.request("chat.send", "run.accepted", conversation_id=conversation_id, text=text)
+    complete = await client.expect("message.complete", timeout=60, conversation_id=conversation_id)
+    assert f"word{words - 1}" in complete["text"]
+    deltas = client.seen("message.delta", conversation_id=conversation_id)
+    assert deltas[-1]["text"] == complete["text"]
+
+
+async def test_a_client_offering_permessage_deflate_gets_it_with_context_takeover(
+    start: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ws_compression, "ENCODER_IDLE_SECONDS", 0.5)
+    server, client = await start()  # the websockets client offers permessage-deflate by default
+    offer = negotiated(client)
+    assert offer is not None
+    assert offer.startswith("permessage-deflate")
+    assert "no_context_takeover" not in offer
+    assert f"server_max_window_bits={ws_compression.SERVER_MAX_WINDOW_BITS}" in offer
+    (deflate,) = server_deflates(server)
+    assert not deflate.holds_encoder()  # `ready` is too small to compress: no compressor yet
+    await echo_run(client, 600)
+    assert deflate.holds_encoder()
+    await asyncio.sleep(1.5)
+    assert not deflate.holds_encoder()  # idle: the compressor is released ...
+    await echo_run(client, 300)  # ... and a fresh one serves the next run, the client decoding it all
+
+
+async def test_a_client_not_offering_compression_still_works(
+    start: Callable[..., Any], opened: list[PhebyClient]
+) -> None:
+    server, _ = await start()
+    plain = await PhebyClient.connect(server.ws_url, server.secret, compression=None)
+    opened.append(plain)
+    assert negotiated(plain) is None
+    await echo_run(plain, 300)
+
+
+async def test_with_the_setting_off_no_compression_is_negotiated(start: Callable[..., Any]) -> None:
+    server, client = await start(ws_compression=False)
+    assert negotiated(client) is None
+    assert server_deflates(server) == []
+    await echo_run(client, 300)
