@@ -8,10 +8,10 @@ draft passes 4 KiB). What bounds its memory (measured with bench/ws_stream.py, 3
 - frames under `MIN_COMPRESSED_BYTES` go out uncompressed (RSV1 clear, which the extension
   allows), and the compressor is made for the first frame that is compressed: `ready`, pongs and
   small events make none, so an idle connection holds only the decompressor (~5 KiB; the client's
-  window is asked down to 10 bits, its messages being small): about 39 KiB per idle connection
+  window is asked down to 10 bits, its messages being small): about 40 KiB per idle connection
   against 31 KiB without compression, where a compressor made at the handshake costs 70 KiB;
 - `memLevel` 4 keeps zlib's hash table and pending buffer at 8 KiB each (its default 8: 64 KiB
-  each, ~150 KiB per idle connection); a connection streaming a long draft holds ~140 KiB;
+  each, ~150 KiB per idle connection); a connection streaming a long draft holds ~110 KiB more;
 - the compressor is dropped after `ENCODER_IDLE_SECONDS` without a message (the next frame starts
   a fresh one: a server may stop referring to earlier messages at any message boundary, the
   client keeps its window regardless), so its memory is held by the connections streaming now,
