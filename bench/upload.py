@@ -4,11 +4,14 @@ Run: `.venv/bin/python bench/upload.py [--rounds N]`
 
 Upload. Two uvicorn servers run in subprocesses on loopback ports, both with the options of
 `build_uvicorn_config` (the one `pheby serve` uses): the Pheby server (local disk storage in a temp
-data dir, HERMES_URL at a closed port: uploads never call Hermes) and a bare ASGI app that reads and
-discards the body and answers 201. An `httpx.AsyncClient` in this process streams 64 MiB to each as
-an async generator of 256 KiB chunks (so the body is chunked, with no Content-Length), rounds
-alternating between the two; the median time of each gives MB/s and the server/bare ratio. The body
-is `application/octet-stream`, so the server stores it and extracts nothing.
+data dir, HERMES_URL at a closed port: uploads never call Hermes) and two bare ASGI apps as
+baselines: one reads and discards the body and answers 201; the other ("durable") does the durable
+work the server does and nothing else: it writes the body to a temporary file as it arrives, fsyncs
+it (in a worker thread) and renames it into place before the 201. Three uvicorn servers in all. An
+`httpx.AsyncClient` in this process streams 64 MiB to each as an async generator of 256 KiB chunks (so
+the body is chunked, with no Content-Length), rounds rotating the order; the median time of each gives
+MB/s and the server/baseline ratios. The body is `application/octet-stream`, so the server stores it
+and extracts nothing.
 
 Memory. While each upload runs, a thread samples the server subprocess's RSS every 2 ms (psutil);
 the kernel's high-water mark (VmHWM, reset through /proc/<pid>/clear_refs before each round) also
@@ -59,12 +62,13 @@ WARM_UP_SIZE: Final = 1 * MiB
 SECRET: Final = "bench-owner-secret-0123456789abcdef"
 HERMES_URL: Final = "http://127.0.0.1:9"  # nothing listens there; uploads don't call Hermes
 TARGET_RATIO: Final = 0.5
+TARGET_DURABLE_RATIO: Final = 0.9
 TARGET_RSS_MIB: Final = 16.0
 PDF_PAGES: Final = 100
 SAMPLE_SECONDS: Final = 0.002
 TIMEOUT: Final = 60.0
 
-ServerKind = Literal["pheby", "bare"]
+ServerKind = Literal["pheby", "bare", "durable"]
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -101,11 +105,47 @@ async def bare_app(scope: Scope, receive: Receive, send: Send) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+def durable_app(directory: Path) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
+    """Like `bare_app`, but the body is written to a file in `directory`, fsynced and renamed into place."""
+    directory.mkdir(parents=True, exist_ok=True)
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] == "GET":
+            await bare_app(scope, receive, send)
+            return
+        name = os.urandom(8).hex()
+        partial, final = directory / f"{name}.part", directory / name
+        size = 0
+        with partial.open("wb") as file:
+            more = True
+            while more:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    partial.unlink()
+                    return
+                chunk = message.get("body", b"")
+                file.write(chunk)
+                size += len(chunk)
+                more = message.get("more_body", False)
+            file.flush()
+            await asyncio.to_thread(os.fsync, file.fileno())
+        partial.replace(final)
+        body = json.dumps({"size": size}).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 201, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    return app
+
+
 def serve(kind: ServerKind, flags_json: str) -> None:
-    """Run one server in the foreground until SIGTERM; the bare app gets the very same uvicorn options."""
-    config = build_uvicorn_config(load_settings({}, **json.loads(flags_json)))
+    """Run one server in the foreground until SIGTERM; the bare apps get the very same uvicorn options."""
+    settings = load_settings({}, **json.loads(flags_json))
+    config = build_uvicorn_config(settings)
     if kind == "bare":
         config.app = bare_app
+    elif kind == "durable":
+        config.app = durable_app(settings.data_dir / "blobs")  # where remove_stored_uploads looks
     uvicorn.Server(config).run()
 
 
@@ -277,7 +317,7 @@ async def run_uploads(servers: list[Server], conversation_id: str, rounds: int) 
             await upload(client, server, conversation_id, WARM_UP_SIZE)
         await asyncio.sleep(0.5)
         for round_ in range(rounds):
-            order = servers if round_ % 2 == 0 else list(reversed(servers))
+            order = servers[round_ % len(servers) :] + servers[: round_ % len(servers)]
             for server in order:
                 results[server.kind].append(await measured_upload(client, server, conversation_id))
                 remove_stored_uploads(server)  # each round starts from the same disk state
@@ -378,6 +418,9 @@ def report(results: dict[ServerKind, list[Round]], rounds: int, disk_seconds: fl
     ratio = medians["bare"] / medians["pheby"]
     verdict = "met" if ratio >= TARGET_RATIO else "NOT met"
     print(f"throughput ratio pheby/bare: {ratio:.2f} (target >= {TARGET_RATIO}): {verdict}")
+    durable = medians["durable"] / medians["pheby"]
+    verdict = "met" if durable >= TARGET_DURABLE_RATIO else "NOT met"
+    print(f"throughput ratio pheby/durable: {durable:.2f} (target >= {TARGET_DURABLE_RATIO}): {verdict}")
 
     pheby = results["pheby"]
     worst = max(row["rss_growth"] for row in pheby)
@@ -419,7 +462,7 @@ def main() -> None:
 
     if args.serve:
         kind, flags_json = args.serve
-        if kind not in ("pheby", "bare"):
+        if kind not in ("pheby", "bare", "durable"):
             parser.error(f"unknown server kind {kind!r}")
         serve(kind, flags_json)
         return
@@ -431,14 +474,18 @@ def main() -> None:
         data_dir = tmp / "data"
         data_dir.mkdir()
         conversation_id = asyncio.run(prepare_data_dir(data_dir))
-        servers = [start_server("pheby", data_dir, stack), start_server("bare", tmp / "bare-data", stack)]
+        servers = [
+            start_server("pheby", data_dir, stack),
+            start_server("bare", tmp / "bare-data", stack),
+            start_server("durable", tmp / "durable-data", stack),
+        ]
         try:
             results = asyncio.run(run_uploads(servers, conversation_id, args.rounds))
         except Exception:
             for server in servers:
                 print(f"--- {server.kind} server log ---\n{server.log_tail()}", file=sys.stderr)
             raise
-        stack.close()  # stop both servers before the disk and PDF measurements
+        stack.close()  # stop the servers before the disk and PDF measurements
         disk_seconds = min(disk_write_seconds(tmp) for _ in range(2))
         pdf = run_pdf_child(stack)
     report(results, args.rounds, disk_seconds, pdf)

@@ -8,7 +8,9 @@ time is the `timestamp` Hermes puts on its `message.delta`. The reply is the dem
 plain message, one word per delta at the demo's default pacing (10 ms).
 - direct: the bench starts the run on the demo Hermes and reads its SSE with `HermesClient.run_events`;
   latency = arrival - timestamp.
-- server: a WebSocket client (or ten, all of the owner account) sends `chat.send`; latency of each
+- server: with the delta window at 0 (`ws_delta_window_ms`: every Hermes delta forwarded, so this is
+  the path's own latency; bench/stream_bytes.py measures coalescing), a WebSocket client (or ten,
+  all of the owner account) sends `chat.send`; latency of each
   `message.delta` frame = arrival - timestamp of the Hermes delta that made that (cumulative, visible)
   text. The bench finds that timestamp by wrapping `HermesClient.run_events` in this process only
   (events pass through unchanged) and replaying the deltas through `pheby.media_tags.visible_draft`,
@@ -21,7 +23,7 @@ latency is printed on its own. Cases alternate round by round.
 Memory. The server runs in a subprocess (RLIMIT_NOFILE raised to the hard limit); after start-up and
 a few warm-up connections its RSS is read, then N connections say hello with the owner secret and get
 `ready`, and the RSS is read again: (after - before) / N. Measured once with the websockets client's
-default (it offers permessage-deflate, which the server accepts) and once without compression.
+default (it offers permessage-deflate; the bench checks the server accepted it) and once without compression.
 """
 
 import argparse
@@ -119,6 +121,9 @@ _request_ids = itertools.count(1)
 async def open_socket(url: str, compression: Compression) -> ClientConnection:
     """Connect and authenticate as the owner; returns once `ready` has arrived."""
     ws = await connect(url, max_size=None, compression=compression, open_timeout=TIMEOUT)
+    if compression is not None and not ws.protocol.extensions:
+        await ws.close()
+        raise RuntimeError("the server did not accept permessage-deflate")
     hello = {"type": "hello", "request_id": "hello", "secret": SECRET, "protocol_version": 1}
     await ws.send(json.dumps(hello))
     first = FRAME_DECODER.decode(await asyncio.wait_for(ws.recv(), TIMEOUT))
@@ -302,7 +307,7 @@ def report_latency(cases: dict[str, Samples], deltas_per_run: int, args: argpars
     )
     direct = cases["direct SSE"]
     d50, d99 = percentile(direct.total, 50), percentile(direct.total, 99)
-    added_one_p99 = 0.0
+    added_p99: dict[str, float] = {}
     for name, samples in cases.items():
         p50, p99 = percentile(samples.total, 50), percentile(samples.total, 99)
         first = statistics.median(samples.first) * ms
@@ -311,8 +316,8 @@ def report_latency(cases: dict[str, Samples], deltas_per_run: int, args: argpars
         else:
             added = f"{(p50 - d50) * ms:>11.2f}{(p99 - d99) * ms:>11.2f}{p50 / d50:>11.2f}{p99 / d99:>11.2f}"
         print(f"{name:<22}{len(samples.total):>8}{p50 * ms:>8.2f}{p99 * ms:>8.2f}{added}{first:>17.2f}")
-        if name == "server, 1 client":
-            added_one_p99 = (p99 - d99) * ms
+        if samples is not direct:
+            added_p99[name] = (p99 - d99) * ms
     print("server path split at the server's run reader (ms):")
     for name, samples in cases.items():
         if samples.upstream:
@@ -327,8 +332,9 @@ def report_latency(cases: dict[str, Samples], deltas_per_run: int, args: argpars
     unmatched = sum(samples.unmatched for samples in cases.values())
     if unmatched:
         print(f"WARNING: {unmatched} WebSocket deltas matched no recorded Hermes delta")
-    verdict = "met" if added_one_p99 <= TARGET_ADDED_P99_MS else "NOT met"
-    print(f"target: p99 added <= {TARGET_ADDED_P99_MS:g} ms with one client: {verdict} ({added_one_p99:.2f} ms)")
+    for name, added_ms in added_p99.items():
+        verdict = "met" if added_ms <= TARGET_ADDED_P99_MS else "NOT met"
+        print(f"target: p99 added <= {TARGET_ADDED_P99_MS:g} ms, {name}: {verdict} ({added_ms:.2f} ms)")
 
 
 # --- memory per idle connection, in a subprocess --------------------------------------------------
@@ -444,6 +450,7 @@ def main() -> None:
                 hermes_url=demo.base_url,
                 hermes_api_key=demo.api_key,
                 ws_hello_timeout=30.0,
+                ws_delta_window_ms=0,  # every delta forwarded: the latency of the path itself, not of coalescing
             )
             app = AppThread(settings)
             app.start()

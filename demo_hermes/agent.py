@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Final
 
 from demo_hermes.echo import EchoReply, format_echo_reply
+from demo_hermes.long_stream import long_stream
 from demo_hermes.media import write_demo_document, write_demo_png, write_empty_file
 from demo_hermes.newer import NEWER_DIRECTIVES
 from demo_hermes.turn import Turn
@@ -136,6 +137,7 @@ _DIRECTIVES: Final[dict[str, Callable[[Turn], Awaitable[None]]]] = {
     "fail": _fail,
     "echo": _echo,
     **NEWER_DIRECTIVES,
+    "long-stream": long_stream,
 }
 
 

@@ -99,17 +99,22 @@ class Turn:
         if self._run is not None:
             await asyncio.sleep(seconds)
 
-    async def say(self, text: str, *, chunks: list[str] | None = None, delay: float | None = None) -> None:
+    async def say(
+        self, text: str, *, chunks: list[str] | None = None, delay: float | None = None, paced: bool = False
+    ) -> None:
         """Stream one assistant message as deltas (``chunks``, else word-sized pieces of ``text``), then
-        ``reasoning.available`` like 0.19.0 does."""
+        ``reasoning.available`` like 0.19.0 does. ``paced``: the deltas keep to a fixed schedule, one
+        per ``delay`` from the first, however late each sleep wakes."""
         chunks = list(chunks) if chunks else chunk_text(text)
         if self._after_tool:
             # After a tool turn Hermes's first delta starts with a blank line; the output does not.
             chunks[0] = "\n\n" + chunks[0]
             self._after_tool = False
-        for chunk in chunks:
+        step = self.settings.delta_delay if delay is None else delay
+        start = time.monotonic()
+        for index, chunk in enumerate(chunks, 1):
             self._emit("message.delta", {"delta": chunk})
-            await self.pause(self.settings.delta_delay if delay is None else delay)
+            await self.pause(max(0.0, start + index * step - time.monotonic()) if paced else step)
         self._emit("reasoning.available", {"text": text[:500]})
         self.output = text
         self.output_tokens += len(text.split())

@@ -15,6 +15,7 @@ from litestar import Litestar
 from handlers.app import create_app
 from pheby.services import Services
 from pheby.settings import Settings
+from pheby.ws_compression import CompressedWebSocketProtocol
 from pheby.ws_protocol import PhebyWebSocketProtocol
 
 log = logging.getLogger("pheby.server")
@@ -60,6 +61,13 @@ def configure_logging(log_format: str) -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per Hermes request is noise
 
 
+class ServerWebSocketProtocol(CompressedWebSocketProtocol, PhebyWebSocketProtocol):
+    """uvicorn's WebSocket protocol with both of the server's changes, each calling `super()`:
+    permessage-deflate at a bounded cost (`pheby.ws_compression`; listed first, so it replaces the
+    extension list the other's `__init__` built) and 64 KiB frames until `hello`, then `WS_MAX_SIZE`
+    (`pheby.ws_protocol`; websockets applies that limit to the decompressed size too)."""
+
+
 def build_uvicorn_config(settings: Settings) -> uvicorn.Config:
     return uvicorn.Config(
         create_app(settings),
@@ -67,12 +75,11 @@ def build_uvicorn_config(settings: Settings) -> uvicorn.Config:
         port=settings.port,
         workers=1,
         lifespan="on",
-        ws=PhebyWebSocketProtocol,  # 64 KiB frames until hello, then WS_MAX_SIZE (see pheby.ws_protocol)
+        ws=ServerWebSocketProtocol,
         ws_max_size=WS_MAX_SIZE,
         ws_ping_interval=WS_PING_SECONDS,
         ws_ping_timeout=WS_PING_SECONDS,
-        # Compression state costs ~40 KiB per idle connection and is paid again per client per frame.
-        ws_per_message_deflate=False,
+        ws_per_message_deflate=settings.ws_compression,
         timeout_graceful_shutdown=10,
         log_config=None,
         proxy_headers=False,  # X-Forwarded-For is honoured only from PHEBY_TRUSTED_PROXIES, by the app

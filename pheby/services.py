@@ -11,6 +11,7 @@ from pheby.artifacts import ArtifactLimits, Artifacts
 from pheby.attachments import Attachments, pheby_descriptor
 from pheby.auth import Authenticator
 from pheby.changes import ChangeFeed
+from pheby.coalesce import CoalescingHub
 from pheby.conversation_settings import ConversationSettings
 from pheby.conversations import Conversations
 from pheby.db import Database
@@ -18,7 +19,6 @@ from pheby.errors import PhebyError
 from pheby.events import AttachmentAdded
 from pheby.hermes_features import HermesFeatures
 from pheby.hermes_pool import HermesClients
-from pheby.hub import Hub
 from pheby.lockout import AddressSlots, FailureLimiter, LoginGuard
 from pheby.memory import MemoryFiles
 from pheby.models import ModelChoices
@@ -49,7 +49,9 @@ class Services:
         self.login_guard = LoginGuard(db)
         self.hello_limiter = FailureLimiter(db, "hello")
         self.sockets_before_hello = AddressSlots(limit=8)
-        self.hub = Hub(max_sockets=settings.ws_max_connections)
+        self.hub = CoalescingHub(
+            max_sockets=settings.ws_max_connections, delta_window_seconds=settings.ws_delta_window_ms / 1000
+        )
         self.conversations = Conversations(db)
         self.task_owners = TaskOwners(db)
         self.tasks = Tasks(hermes, self.task_owners)

@@ -60,6 +60,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     ws_send_queue_bytes: Annotated[int, msgspec.Meta(gt=0)] = 8 * MiB
     # PHEBY_WS_MAX_CONNECTIONS: WebSockets the server holds in all (with or without hello); more are refused.
     ws_max_connections: Annotated[int, msgspec.Meta(gt=0)] = 10_000
+    # PHEBY_WS_DELTA_WINDOW_MS: at most one `message.delta` per run per this many ms (0: every delta).
+    ws_delta_window_ms: Annotated[int, msgspec.Meta(ge=0, le=10_000)] = 100
+    # PHEBY_WS_COMPRESSION: accept permessage-deflate from clients that offer it.
+    ws_compression: bool = True
     # PHEBY_BODY_IDLE_TIMEOUT: seconds a request body may stall (no bytes at all) before a 408.
     body_idle_timeout: Annotated[float, msgspec.Meta(gt=0)] = 60.0
     # Attachment limits. Pheby uploads and agent deliverables are bounded per file and by retention;
@@ -135,6 +139,8 @@ ENV_NAMES: dict[str, str] = {
     "ws_hello_timeout": "PHEBY_WS_HELLO_TIMEOUT",
     "ws_send_queue_bytes": "PHEBY_WS_SEND_QUEUE_BYTES",
     "ws_max_connections": "PHEBY_WS_MAX_CONNECTIONS",
+    "ws_delta_window_ms": "PHEBY_WS_DELTA_WINDOW_MS",
+    "ws_compression": "PHEBY_WS_COMPRESSION",
     "body_idle_timeout": "PHEBY_BODY_IDLE_TIMEOUT",
     "attachment_max_bytes": "PHEBY_ATTACHMENT_MAX_BYTES",
     "attachment_account_quota_bytes": "PHEBY_ATTACHMENT_ACCOUNT_QUOTA_BYTES",

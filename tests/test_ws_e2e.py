@@ -579,7 +579,7 @@ async def test_streamed_run_follows_the_state_machine(owner: PhebyClient) -> Non
     assert kinds[-2:] == ["message.complete", "run.finished"]
     assert set(kinds[2:-2]) == {"message.delta"}
     deltas = of_types(frames, "message.delta")
-    assert len(deltas) >= 3
+    assert len(deltas) >= 2  # coalesced (pheby/coalesce.py): the first text at once, the newest before message.complete
     for before, after in itertools.pairwise(deltas):
         assert after["text"].startswith(before["text"])  # cumulative
     complete = of_types(frames, "message.complete")[0]

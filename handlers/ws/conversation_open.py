@@ -10,7 +10,10 @@ snapshot must hold everything broadcast before it and nothing that is broadcast 
   same step, so a turn whose `run.finished` went out before the reply is in it, whatever the
   interleaving;
 - attachments are the last read: the database runs one statement at a time, so an attachment
-  committed after that read is announced after the reply is queued.
+  committed after that read is announced after the reply is queued;
+- a `message.delta` still held back by the coalescing (pheby/coalesce.py) carries the newest
+  text broadcast, which is the run's draft the snapshot shows: sent after the snapshot, it
+  repeats the snapshot's text, never an older one.
 """
 
 from typing import Annotated

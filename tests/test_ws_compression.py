@@ -1,0 +1,51 @@
+"""`pheby.ws_compression` without sockets: what the server's permessage-deflate sends, a client's decoder reads."""
+
+from websockets.extensions.permessage_deflate import PerMessageDeflate
+from websockets.frames import Frame, Opcode
+
+from pheby.ws_compression import MIN_COMPRESSED_BYTES, SERVER_MAX_WINDOW_BITS, ReleasablePerMessageDeflate
+
+
+def pair() -> tuple[ReleasablePerMessageDeflate, PerMessageDeflate]:
+    server = ReleasablePerMessageDeflate(False, False, 10, SERVER_MAX_WINDOW_BITS, {"memLevel": 4})
+    client = PerMessageDeflate(False, False, SERVER_MAX_WINDOW_BITS, 10)
+    return server, client
+
+
+def cumulative_texts(count: int) -> list[bytes]:
+    words = [f"word{i} " for i in range(count)]
+    return [("".join(words[: i + 1])).encode() for i in range(0, count, 20)]
+
+
+def test_cumulative_frames_cost_little_more_than_their_new_text_and_decode_exactly() -> None:
+    server, client = pair()
+    texts = cumulative_texts(2000)
+    wire = 0
+    for text in texts:
+        encoded = server.encode(Frame(Opcode.TEXT, text))
+        wire += len(encoded.data)
+        assert client.decode(encoded).data == text
+    assert wire < 3 * len(texts[-1])  # context takeover: each frame mostly refers to the one before
+    assert sum(len(t) for t in texts) > 40 * len(texts[-1])
+
+
+def test_small_frames_go_uncompressed_and_make_no_compressor() -> None:
+    server, client = pair()
+    small = Frame(Opcode.TEXT, b'{"type":"ready"}')
+    encoded = server.encode(small)
+    assert encoded == small
+    assert not encoded.rsv1
+    assert not server.holds_encoder()
+    assert client.decode(encoded).data == small.data
+    assert len(small.data) < MIN_COMPRESSED_BYTES
+
+
+def test_a_released_compressor_starts_afresh_and_the_client_still_decodes() -> None:
+    server, client = pair()
+    for index, text in enumerate(cumulative_texts(400)):
+        encoded = server.encode(Frame(Opcode.TEXT, text))
+        assert encoded.rsv1 == (len(text) >= MIN_COMPRESSED_BYTES)
+        assert client.decode(encoded).data == text
+        if index % 3 == 2:
+            server.release_encoder()
+            assert not server.holds_encoder()
