@@ -158,7 +158,8 @@ async def slow_reader(server: Server, replies: int) -> dict[str, Any]:
     conversation_id, reply_bytes = await long_history(server)
     await asyncio.sleep(1.0)
     with PeakRss(server.process.pid) as peak:
-        ws = await connect(server.ws_url, max_size=None, max_queue=16)
+        # No compression: the worst case is a client whose replies can't shrink on the wire.
+        ws = await connect(server.ws_url, max_size=None, max_queue=16, compression=None)
         await hello(ws)
         started = time.monotonic()
         frame = json.dumps({"type": "conversation.open", "conversation_id": conversation_id})

@@ -260,7 +260,8 @@ async def test_hermes_down_at_the_start_frees_the_slot_and_the_attachment(
     server, proxy = proxied
     client, conversation_id = await open_chat(server)
     notes = await upload(server, conversation_id, "notes.md", b"# Notes", "text/markdown")
-    proxy.upstream_port = None  # every connection to "Hermes" is refused
+    proxy.upstream_port = None  # every new connection to "Hermes" is refused,
+    proxy.cut()  # and the pooled ones (the server's reads of what the gateway offers keep one) are gone
     refused = await client.request(
         "chat.send", "run.accepted", conversation_id=conversation_id, text="hi", attachment_ids=[notes["attachment_id"]]
     )

@@ -209,13 +209,21 @@ def services_of(api: Api) -> Services:
 async def scripted_hermes(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[Callable[[Handler], list[httpx.Request]]]:
-    """Swap every account's Hermes client for one answered by `handler`; returns the requests it saw."""
+    """Swap every account's Hermes client for one answered by `handler`; returns the requests it saw.
+
+    The server's reads of what the gateway offers (`pheby.hermes_features`: GET /health and
+    /v1/capabilities, in the background or before a first request) are answered as a 0.19.0 gateway
+    would and not recorded: the tests count what the task routes ask of Hermes."""
     clients: list[HermesClient] = []
 
     def install(handler: Handler) -> list[httpx.Request]:
         seen: list[httpx.Request] = []
 
         def record(request: httpx.Request) -> httpx.Response:
+            if request.method == "GET" and request.url.path == "/health":
+                return httpx.Response(200, json={"status": "ok", "platform": "hermes-agent", "version": "0.19.0"})
+            if request.method == "GET" and request.url.path == "/v1/capabilities":
+                return httpx.Response(404, text="Not Found")
             seen.append(request)
             return handler(request)
 

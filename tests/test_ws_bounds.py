@@ -170,8 +170,9 @@ async def test_a_client_that_stops_reading_is_closed_once_the_bytes_owed_pass_th
         await owner.expect("run.finished", conversation_id=conversation_id)
     await owner.close()
 
-    # max_queue=1: the client library stops reading from the socket once one frame waits unread.
-    async with connect(server.ws_url, max_size=None, max_queue=1) as stuck:
+    # max_queue=1: the client library stops reading from the socket once one frame waits unread. No
+    # compression: the frames must fill the socket's buffers as they are (these would deflate to ~1 KiB).
+    async with connect(server.ws_url, max_size=None, max_queue=1, compression=None) as stuck:
         await stuck.send(json.dumps({"type": "hello", "secret": server.secret, "protocol_version": 1}))
         assert json.loads(await stuck.recv())["type"] == "ready"
         for index in range(200):
