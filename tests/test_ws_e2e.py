@@ -395,6 +395,10 @@ async def test_conversation_lifecycle_and_broadcasts(connect: Callable[..., Any]
 
     deleted = await first.request("conversation.delete", "conversation.deleted", conversation_id=conversation_id)
     assert deleted["type"] == "conversation.deleted"
+    # Like a rename, a delete reaches the account's other clients (without the sender's request_id).
+    await second.wait_for(
+        lambda f: f["type"] == "conversation.deleted" and f["conversation_id"] == conversation_id and "request_id" not in f
+    )
     for request, reply in (
         ("conversation.open", "conversation.history"),
         ("conversation.rename", "conversation.renamed"),

@@ -1,4 +1,5 @@
-"""`conversation.delete` — deletes the Hermes session(s) and the routing entry.
+"""`conversation.delete` → `conversation.deleted` reply, plus the same event broadcast; deletes the
+Hermes session(s) and the routing entry.
 
 An active run is cancelled first, best effort: a run Hermes can no longer interrupt (or one whose
 slot is reserved but not yet started) must not keep the conversation from being deleted.
@@ -37,6 +38,7 @@ async def handle(ctx: WsContext, msg: ConversationDelete) -> None:
                 raise Unavailable("Hermes is unavailable; the conversation was not deleted") from None
         await services.conversations.delete(ctx.account.id, conversation.id)
     ctx.reply(ConversationDeleted(conversation_id=conversation.id, request_id=rid(msg.request_id)))
+    ctx.broadcast(ConversationDeleted(conversation_id=conversation.id))  # the account's other clients, as a rename
 
 
 async def _cancel_active_run(services: Services, account_id: str, conversation_id: str) -> bool:
