@@ -397,7 +397,9 @@ async def test_conversation_lifecycle_and_broadcasts(connect: Callable[..., Any]
     assert deleted["type"] == "conversation.deleted"
     # Like a rename, a delete reaches the account's other clients (without the sender's request_id).
     await second.wait_for(
-        lambda f: f["type"] == "conversation.deleted" and f["conversation_id"] == conversation_id and "request_id" not in f
+        lambda f: (
+            f["type"] == "conversation.deleted" and f["conversation_id"] == conversation_id and "request_id" not in f
+        )
     )
     for request, reply in (
         ("conversation.open", "conversation.history"),
