@@ -1,5 +1,8 @@
 """A run survives a cut event stream, and a Hermes that dies mid-run ends it `failed`: the demo Hermes.
 
+As 0.19.0 (the default demo) the server learns the run's end by asking for it; as a 0.22-era gateway
+(``features=NEWER_FEATURES``: numbered events, replay) it resumes the stream where it broke.
+
 A TCP proxy (tests/tcp_proxy.py) sits between the live server and a private demo Hermes, so a test
 can cut the run's SSE stream (the demo goes on running the run) or stop the demo and later point
 the proxy at a new one. The scenarios are in tests/run_recovery.py, shared with the real gateway.
@@ -13,6 +16,7 @@ from typing import Final
 import pytest
 
 from demo_hermes import DemoHermesServer
+from demo_hermes.newer import NEWER_FEATURES
 from pheby.settings import Settings
 from tests.demo_hermes_server import client_for
 from tests.live_server import LiveServer, hermes_settings
@@ -27,9 +31,10 @@ SLOW_FINAL_TEXT: Final = "".join(f"tick {i} " for i in range(100)).strip()
 
 
 @pytest.fixture
-def hermes(make_demo_hermes: Callable[..., DemoHermesServer]) -> DemoHermesServer:
-    """A demo Hermes of this test's own: what it ran is this test's alone, and it may be stopped."""
-    return make_demo_hermes()
+def hermes(make_demo_hermes: Callable[..., DemoHermesServer], request: pytest.FixtureRequest) -> DemoHermesServer:
+    """A demo Hermes of this test's own: what it ran is this test's alone, and it may be stopped.
+    Parametrized indirectly with a set of demo features (none: 0.19.0)."""
+    return make_demo_hermes(features=getattr(request, "param", frozenset()))
 
 
 @pytest.fixture
@@ -75,6 +80,26 @@ async def test_a_cut_stream_keeps_the_run_until_hermes_ends_it(
             second_text=f"second try {marker}",
             first_delta_timeout=10,
             finish_timeout=20,
+        )
+
+
+@pytest.mark.parametrize("hermes", [NEWER_FEATURES], indirect=True, ids=["replay"])
+async def test_a_cut_stream_of_a_replaying_hermes_is_resumed_without_loss_or_repeat(
+    client: PhebyClient, proxy: TcpProxy, hermes: DemoHermesServer
+) -> None:
+    marker = f"m{secrets.token_hex(4)}"
+    async with client_for(hermes) as direct:
+        await stream_cut_scenario(
+            client,
+            proxy,
+            direct,
+            marker=marker,
+            slow_text=f"/demo slow {marker}",
+            final_text=SLOW_FINAL_TEXT,
+            second_text=f"second try {marker}",
+            first_delta_timeout=10,
+            finish_timeout=20,
+            resumed=True,
         )
 
 

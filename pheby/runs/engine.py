@@ -51,7 +51,15 @@ from pheby.runs.plugin_inputs import (
     PluginToolEnded,
     PluginToolStarted,
 )
-from pheby.runs.reader import DEFAULT_TIMING, LOST_ERROR, RecoveryTiming, settle, stop_lost, watch_stream
+from pheby.runs.reader import (
+    DEFAULT_TIMING,
+    LOST_ERROR,
+    RecoveryTiming,
+    resumed_events,
+    settle,
+    stop_lost,
+    watch_stream,
+)
 from pheby.runs.settled import SettledTurn, SettledTurns
 from pheby.runs.turn_log import AnchorTurn, TurnLog, text_turns
 from pheby.tool_merge import ToolMerge
@@ -350,7 +358,7 @@ class RunManager:
 
         async def consume() -> None:
             try:
-                async with contextlib.aclosing(run.client.run_events(run.hermes_run_id)) as events:
+                async with contextlib.aclosing(resumed_events(run.client, run.hermes_run_id, self._recovery)) as events:
                     async for event in events:
                         waiting_since[0] = None
                         await self._perform_async(run, tr.translate(run.view, event))
