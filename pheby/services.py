@@ -18,6 +18,7 @@ from pheby.errors import PhebyError
 from pheby.events import AttachmentAdded
 from pheby.hermes_features import HermesFeatures
 from pheby.hermes_pool import HermesClients
+from pheby.history_pages import HistoryPages
 from pheby.hub import Hub
 from pheby.lockout import AddressSlots, FailureLimiter, LoginGuard
 from pheby.memory import MemoryFiles
@@ -51,6 +52,7 @@ class Services:
         self.sockets_before_hello = AddressSlots(limit=8)
         self.hub = Hub(max_sockets=settings.ws_max_connections)
         self.conversations = Conversations(db)
+        self.history = HistoryPages(db, self.conversations)  # conversation.open's pages, from the log when in sync
         self.task_owners = TaskOwners(db)
         self.tasks = Tasks(hermes, self.task_owners)
         self.memory = MemoryFiles(hermes)

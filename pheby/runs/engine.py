@@ -160,6 +160,11 @@ class RunManager:
         """Around a snapshot's read of the stored transcript (see `with_finished_turns`)."""
         return self._settled.reading(conversation_id)
 
+    def finished_turns_after(self, conversation_id: str) -> int | None:
+        """The Hermes id every finished turn kept for snapshots comes after (None: none kept); a history
+        window given to `with_finished_turns` holds every message after it, so none is taken for missing."""
+        return self._settled.kept_after(conversation_id)
+
     def with_finished_turns(self, conversation_id: str, shown: Sequence[ev.HistoryMessage]) -> list[ev.HistoryMessage]:
         """The transcript `shown` (read inside `reading`) with every finished turn it lacks, in order.
 
