@@ -94,7 +94,7 @@ def main() -> None:
             app.stop()
     print(f"conversation.open, a page of {PAGE}, median of {args.rounds} opens (demo Hermes, in-process)")
     for size, (median, first) in results.items():
-        print(f"  {size:>6} messages: {median * 1000:7.2f} ms   (first open, whole transcript read: {first * 1000:.1f} ms)")
+        print(f"  {size:>6} messages: {median * 1000:7.2f} ms   (first open, whole transcript: {first * 1000:.1f} ms)")
     ratio = results[sizes[-1]][0] / results[sizes[0]][0]
     verdict = "ok" if ratio <= TARGET_RATIO else "over target"
     print(f"  ratio {sizes[-1]} / {sizes[0]}: {ratio:.2f} (target <= {TARGET_RATIO:g}: {verdict})")
