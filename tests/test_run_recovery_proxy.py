@@ -33,8 +33,8 @@ SLOW_FINAL_TEXT: Final = "".join(f"tick {i} " for i in range(100)).strip()
 @pytest.fixture
 def hermes(make_demo_hermes: Callable[..., DemoHermesServer], request: pytest.FixtureRequest) -> DemoHermesServer:
     """A demo Hermes of this test's own: what it ran is this test's alone, and it may be stopped.
-    Parametrized indirectly with a set of demo features (none: 0.19.0)."""
-    return make_demo_hermes(features=getattr(request, "param", frozenset()))
+    Parametrized indirectly with its options (none: 0.19.0)."""
+    return make_demo_hermes(**getattr(request, "param", {}))
 
 
 @pytest.fixture
@@ -83,7 +83,12 @@ async def test_a_cut_stream_keeps_the_run_until_hermes_ends_it(
         )
 
 
-@pytest.mark.parametrize("hermes", [NEWER_FEATURES], indirect=True, ids=["replay"])
+REPLAYING: Final = {"features": NEWER_FEATURES}
+# Keeps 2 events: `/demo slow` emits 5 in the 0.25 s before the first resumption, so a replay is truncated.
+REPLAYING_SHORT_BACKLOG: Final = {"features": NEWER_FEATURES, "replay_backlog": 2}
+
+
+@pytest.mark.parametrize("hermes", [REPLAYING], indirect=True, ids=["replay"])
 async def test_a_cut_stream_of_a_replaying_hermes_is_resumed_without_loss_or_repeat(
     client: PhebyClient, proxy: TcpProxy, hermes: DemoHermesServer
 ) -> None:
@@ -103,6 +108,26 @@ async def test_a_cut_stream_of_a_replaying_hermes_is_resumed_without_loss_or_rep
         )
 
 
+@pytest.mark.parametrize("hermes", [REPLAYING_SHORT_BACKLOG], indirect=True, ids=["replay-truncated"])
+async def test_a_truncated_replay_falls_back_to_asking_hermes_for_the_runs_end(
+    client: PhebyClient, proxy: TcpProxy, hermes: DemoHermesServer
+) -> None:
+    marker = f"m{secrets.token_hex(4)}"
+    async with client_for(hermes) as direct:
+        await stream_cut_scenario(
+            client,
+            proxy,
+            direct,
+            marker=marker,
+            slow_text=f"/demo slow {marker}",
+            final_text=SLOW_FINAL_TEXT,
+            second_text=f"second try {marker}",
+            first_delta_timeout=10,
+            finish_timeout=20,
+        )
+
+
+@pytest.mark.parametrize("hermes", [{}, REPLAYING], indirect=True, ids=["0.19.0", "replay"])
 @pytest.mark.parametrize("cut_first", [False, True], ids=["streaming", "stream-cut-before"])
 async def test_a_killed_hermes_fails_the_run_and_the_conversation_works_once_it_is_back(
     client: PhebyClient,
@@ -117,7 +142,10 @@ async def test_a_killed_hermes_fails_the_run_and_the_conversation_works_once_it_
     async def revive() -> None:
         # The same keys on a new port: to the server (behind the proxy) it is the same Hermes, restarted.
         again = await asyncio.to_thread(
-            make_demo_hermes, api_key=hermes.api_key, dashboard_token=hermes.dashboard_token
+            make_demo_hermes,
+            api_key=hermes.api_key,
+            dashboard_token=hermes.dashboard_token,
+            features=hermes.options.features,
         )
         proxy.retarget(again.port)
 

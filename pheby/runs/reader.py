@@ -3,8 +3,9 @@
 A 0.22-era gateway numbers a run's events (`seq`) and replays those after a `Last-Event-ID`:
 `resumed_events` reopens a broken stream from the last event seen (`resume_tries` tries, backing off
 from `first_delay` to `max_delay`) and drops any event it already yielded, so whoever reads it never
-sees the break. A gateway that does not number its events, a `replay.truncated` (events lost), or
-tries exhausted: the break is raised as `HermesUnavailable`, and the fallback below takes over.
+sees the break. A gateway that does not number its events, a `replay.truncated` (events lost), a
+reopening that can't connect (Hermes is down), or tries exhausted: the break is raised as
+`HermesUnavailable`, and the fallback below takes over.
 
 Hermes 0.19.0 allows one consumer per run stream and no resume, so once the stream breaks (or ends
 without a terminal event) the only way to learn how the run ends is `GET /v1/runs/{id}`. `settle`
@@ -23,6 +24,8 @@ import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Final, Literal, NamedTuple
+
+import httpx
 
 import hermes_client as hc
 
@@ -88,7 +91,9 @@ async def resumed_events(
         except hc.HermesUnavailable as exc:
             # Resumable only where this gateway numbers its events (seen in this stream, or in the last one).
             numbered = last_seq is not None or client.stream_numbered is True
-            if not numbered or failures >= timing.resume_tries or isinstance(exc, ReplayLost):
+            # A reopening that can't even connect: Hermes is down, and `settle` says when it counts as lost.
+            unreachable = failures > 0 and isinstance(exc.__cause__, httpx.ConnectError)
+            if not numbered or unreachable or failures >= timing.resume_tries or isinstance(exc, ReplayLost):
                 raise
             failures += 1
             log.info("run %s: its stream broke (%s); resuming after event %s", hermes_run_id, exc, last_seq)
