@@ -2,8 +2,9 @@
 
 It starts runs (`send`), feeds each Hermes event through the pure translation (`translate`) and
 performs what comes out, keeps the pending decisions, takes the companion plugin's pushes
-(`plugin_push`), recovers a lost stream by asking Hermes (`reader`), logs the turn afterwards
-(`turn_log`), delivers its files (`media`) and keeps finished turns for snapshots (`settled`).
+(`plugin_push`), resumes a broken stream or recovers a lost one by asking Hermes (`reader`), logs the
+turn afterwards (`turn_log`), delivers its files (`media`) and keeps finished turns for snapshots
+(`settled`).
 """
 
 import asyncio
