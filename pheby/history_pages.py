@@ -92,9 +92,24 @@ class HistoryPages:
             )
         return tuple(states)
 
+    async def read_and_log(
+        self, client: hc.HermesClient, conversation: Conversation
+    ) -> tuple[list[hc.SessionMessage], list[HistoryMessage]]:
+        """Read the whole transcript, log what history shows of it, and remember the sessions' state if
+        the log then matches (the after-turn work of a run: the next `conversation.open` reads the log).
+        Raises `HermesError` and `sqlite3.Error`."""
+        return await self._read_and_log(client, conversation, await self._state(client, conversation), strict=True)
+
     async def _read_whole(
         self, client: hc.HermesClient, conversation: Conversation, state: SyncState
     ) -> list[HistoryMessage]:
+        return (await self._read_and_log(client, conversation, state, strict=False))[1]
+
+    async def _read_and_log(
+        self, client: hc.HermesClient, conversation: Conversation, state: SyncState, *, strict: bool
+    ) -> tuple[list[hc.SessionMessage], list[HistoryMessage]]:
+        """The transcript and what history shows of it, logged; `state` (read before it) is remembered
+        if the log matches. Without `strict`, a database error only skips the logging."""
         self.full_reads += 1
         stored = await transcript(client, conversation.session_ids)
         shown = await shown_history(self._conversations, conversation.id, stored)
@@ -103,12 +118,15 @@ class HistoryPages:
         if resolved:  # a continuation: its state is asked for from now on, and the log is synced next time
             self._resolved[conversation.id] = (*self._resolved.get(conversation.id, ()), *resolved)
             self._resolved = dict(list(self._resolved.items())[-self._states_max :])
-            return shown
         try:
             await self._conversations.log_history(conversation.id, shown)
             logged = await self._conversations.logged_history(conversation.id)
         except sqlite3.Error:
-            return shown
+            if strict:
+                raise
+            return stored, shown
+        if resolved:
+            return stored, shown
         if _same_messages(logged, shown):
             self._synced[conversation.id] = state
             self._synced.move_to_end(conversation.id)
@@ -116,7 +134,7 @@ class HistoryPages:
                 self._synced.popitem(last=False)
         else:
             self._synced.pop(conversation.id, None)
-        return shown
+        return stored, shown
 
     async def _logged_window(
         self, conversation_id: str, limit: int, cursor: int | None, newer_than: int | None

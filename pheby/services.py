@@ -77,6 +77,7 @@ class Services:
             self.conversation_settings,
             anchor_turn=self.attachments.anchor,
             attachments=self.attachments,
+            history=self.history,
         )
         self._background: set[asyncio.Task[Any]] = set()
         self._finishing: set[asyncio.Task[Any]] = set()

@@ -36,6 +36,7 @@ from pheby.errors import (
 )
 from pheby.hermes_features import NO_RUN_OPTIONS, RunOptions
 from pheby.history import transcript
+from pheby.history_pages import HistoryPages
 from pheby.hub import Hub
 from pheby.media_tags import media_paths, strip_media
 from pheby.plugin_link import NO_EXTRAS, PluginExtras
@@ -121,6 +122,7 @@ class RunManager:
         anchor_turn: AnchorTurn | None = None,
         attachments: Attachments | None = None,
         recovery: RecoveryTiming = DEFAULT_TIMING,
+        history: HistoryPages | None = None,
     ) -> None:
         self._hub = hub
         self._conversations = conversations
@@ -136,7 +138,7 @@ class RunManager:
         self._last_tools: dict[str, list[ev.ToolState]] = {}
         self._transitions: Counter[str] = Counter()
         self._settled = SettledTurns()
-        self._turn_log = TurnLog(conversations, self._settled, anchor_turn, self._transitions)
+        self._turn_log = TurnLog(conversations, self._settled, anchor_turn, self._transitions, history)
         self._deleting: set[str] = set()  # conversations being deleted: no new run may start
         self._readers: set[asyncio.Task[None]] = set()  # each run's reader, with its after-turn work
 
