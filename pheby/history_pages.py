@@ -168,10 +168,6 @@ class HistoryPages:
             return None
         return [HistoryMessage(message_id=f"m{r[0]}", role=r[1], text=r[2], ts=r[3]) for r in rows]  # type: ignore[arg-type]
 
-    def forget(self, conversation_id: str) -> None:
-        self._synced.pop(conversation_id, None)
-        self._resolved.pop(conversation_id, None)
-
 
 def _same_messages(logged: Sequence[HistoryMessage], shown: Sequence[HistoryMessage]) -> bool:
     """Whether the log holds exactly what history shows, in the log's order (Hermes ids ascending)."""
