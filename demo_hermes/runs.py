@@ -16,7 +16,7 @@ from typing import Any, Final
 
 __all__ = ["TERMINAL_STATUSES", "PendingClarify", "Run", "RunRegistry", "sse_frame"]
 
-TERMINAL_STATUSES: Final = frozenset({"completed", "failed", "cancelled"})
+TERMINAL_STATUSES: Final = frozenset({"completed", "failed", "cancelled", "interrupted"})
 RUN_STATUS_TTL: Final = 3600.0  # seconds a finished run's status stays readable (_RUN_STATUS_TTL)
 RUN_STREAM_TTL: Final = 300.0  # seconds an unsubscribed stream buffer survives (_RUN_STREAM_TTL)
 STREAM_CLOSED: Final = b": stream closed\n\n"

@@ -19,6 +19,7 @@ from pheby.errors import PhebyError
 from pheby.events import AttachmentAdded
 from pheby.hermes_features import HermesFeatures
 from pheby.hermes_pool import HermesClients
+from pheby.history_pages import HistoryPages
 from pheby.lockout import AddressSlots, FailureLimiter, LoginGuard
 from pheby.memory import MemoryFiles
 from pheby.models import ModelChoices
@@ -53,6 +54,7 @@ class Services:
             max_sockets=settings.ws_max_connections, delta_window_seconds=settings.ws_delta_window_ms / 1000
         )
         self.conversations = Conversations(db)
+        self.history = HistoryPages(db, self.conversations)  # conversation.open's pages, from the log when in sync
         self.task_owners = TaskOwners(db)
         self.tasks = Tasks(hermes, self.task_owners)
         self.memory = MemoryFiles(hermes)
@@ -77,6 +79,7 @@ class Services:
             self.conversation_settings,
             anchor_turn=self.attachments.anchor,
             attachments=self.attachments,
+            history=self.history,
         )
         self._background: set[asyncio.Task[Any]] = set()
         self._finishing: set[asyncio.Task[Any]] = set()

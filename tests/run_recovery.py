@@ -7,7 +7,9 @@ as arguments.
 - :func:`stream_cut_scenario`: the run's event stream is cut mid-run while Hermes goes on running it.
   The conversation stays busy until Hermes's run really ends (no `run.finished` before, a second
   `chat.send` gets `run_active`, Hermes runs one run only); then the client gets the run's real
-  final text and `completed`, once each.
+  final text and `completed`, once each. With ``resumed`` (a gateway that replays its numbered
+  events), the server picks the stream back up: deltas keep coming after the cut, each one's text
+  extends the previous one's (nothing lost or repeated) and the last is the final text.
 - :func:`killed_hermes_scenario`: Hermes dies mid-run: `run.finished` `failed` within 10 s of the
   kill; once Hermes is back, the same conversation runs a turn normally. With ``cut_first``, the
   stream is cut before the kill: Hermes dies while the server waits on a run it can't stream.
@@ -15,6 +17,7 @@ as arguments.
 
 import asyncio
 import contextlib
+import itertools
 import json
 import time
 from collections.abc import Callable, Coroutine
@@ -29,6 +32,7 @@ __all__ = [
     "EVENTS_STREAM",
     "KILL_DEADLINE_S",
     "Started",
+    "assert_resumed_deltas",
     "hermes_turns",
     "killed_hermes_scenario",
     "stream_cut_scenario",
@@ -96,10 +100,13 @@ async def stream_cut_scenario(
     second_text: str,
     first_delta_timeout: float,
     finish_timeout: float,
+    resumed: bool = False,
 ) -> Started:
     """Cut the event stream of a slow run (``slow_text``, answered ``final_text``, marked ``marker``), check
-    what the client gets until the run's end, and what Hermes ran. ``hermes`` reaches Hermes directly."""
+    what the client gets until the run's end, and what Hermes ran. ``hermes`` reaches Hermes directly;
+    ``resumed``: the gateway replays its events, so the stream must be resumed rather than polled."""
     run = await start_run(client, slow_text, first_delta_timeout=first_delta_timeout)
+    seen_before_cut = len(client.frames)
     cut = proxy.cut_requests("GET", EVENTS_STREAM)
     assert cut == 1, f"expected to cut the run's one event stream; cut {cut}, carrying {proxy.connections()}"
     cut_at = time.monotonic()
@@ -131,6 +138,10 @@ async def stream_cut_scenario(
         f["type"] for f in client.frames if f.get("run_id") == run.run_id or f.get("message_id") == run.message_id
     ]
     assert frames[-2:] == ["message.complete", "run.finished"], frames[-6:]
+    if resumed:
+        assert_resumed_deltas(client, run, final_text, seen_before_cut)
+        streams = [request for request in proxy.requests() if request[0] == "GET" and "/events" in request[1]]
+        assert len(streams) >= 2, f"the stream was not reopened: {proxy.requests()}"
 
     # One run only: one user turn in Hermes, one run made through the proxy.
     assert [marker in text and second_text not in text for text in users] == [True], f"Hermes ran: {users!r}"
@@ -141,6 +152,20 @@ async def stream_cut_scenario(
     assert history["type"] == "conversation.history", history
     assert [(m["role"], m["text"]) for m in history["messages"]][-1] == ("assistant", final_text), history
     return run
+
+
+def assert_resumed_deltas(client: PhebyClient, run: Started, final_text: str, seen_before_cut: int) -> None:
+    """The run's deltas are cumulative across the cut (none lost, none repeated), end at the final text,
+    and some came after the cut (the stream was resumed, not replaced by asking for the run's end)."""
+    deltas = [f for f in client.frames if f["type"] == "message.delta" and f.get("message_id") == run.message_id]
+    texts = [str(f["text"]) for f in deltas]
+    for previous, current in itertools.pairwise(texts):
+        assert current.startswith(previous), f"delta {current!r} after {previous!r}: text lost"
+        assert current != previous, f"delta {current!r} repeated"
+    assert texts, "no deltas"
+    assert texts[-1].strip() == final_text, f"the last delta is {texts[-1]!r}, not the final text"
+    after_cut = [f for f in client.frames[seen_before_cut:] if f in deltas]
+    assert len(after_cut) >= 2, f"no deltas after the cut: the stream was not resumed ({len(texts)} deltas)"
 
 
 async def killed_hermes_scenario(

@@ -2,7 +2,7 @@
 
 import asyncio
 import itertools
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Literal
 
 import pytest
@@ -13,7 +13,7 @@ from pheby import events as ev
 from pheby.runs import translate as tr
 from pheby.runs.decisions import Answer, Decision, Decisions
 from pheby.runs.phase import ALLOWED, RunPhase
-from pheby.runs.reader import LOST_ERROR, Outcome, RecoveryTiming, settle, watch_stream
+from pheby.runs.reader import LOST_ERROR, Outcome, RecoveryTiming, ReplayLost, resumed_events, settle, watch_stream
 from pheby.runs.settled import SettledTurn, SettledTurns
 
 pytestmark = pytest.mark.anyio
@@ -363,3 +363,87 @@ def test_turns_of_conversations_nobody_opens_are_bounded_in_all() -> None:
     now[0] = 20.0
     kept.add("c9", SettledTurn("r9", "user-r9", "draft-r9", "q", "a", 0, finished_at=20.0))
     assert len(kept) == 1  # the others grew too old
+
+
+async def test_recovery_counts_an_interrupted_run_as_failed() -> None:
+    """0.22-era: a gateway that shut down under the run reports it `interrupted`."""
+    outcome, _, _ = await run_settle(["running", "interrupted"])
+    assert outcome.status == "failed"
+
+
+# --- resumption of a numbered stream --------------------------------------------------------------------
+
+
+class StreamsClient:
+    """`run_events` plays one script per subscription: events, then (optionally) an exception."""
+
+    def __init__(self, streams: Sequence[Sequence[hc.RunEvent | Exception]], numbered: bool | None = True) -> None:
+        self.streams = list(streams)
+        self.asked: list[int | str | None] = []  # the last_event_id of each subscription
+        self.stream_numbered = numbered
+
+    async def run_events(self, run_id: str, last_event_id: int | str | None = None) -> AsyncIterator[hc.RunEvent]:
+        self.asked.append(last_event_id)
+        for step in self.streams.pop(0) if self.streams else [hc.HermesUnavailable("no more streams")]:
+            if isinstance(step, Exception):
+                raise step
+            yield step
+
+
+def numbered(text: str, seq: int | None) -> hc.MessageDelta:
+    return hc.MessageDelta(run_id="h", timestamp=0.0, delta=text, seq=UNSET if seq is None else seq)
+
+
+async def resumed(client: StreamsClient, tries: int = 5) -> tuple[list[hc.RunEvent], list[float], Exception | None]:
+    sleeps: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+
+    events: list[hc.RunEvent] = []
+    try:
+        async for event in resumed_events(client, "h", RecoveryTiming(resume_tries=tries), sleep=sleep):  # type: ignore[arg-type]
+            events.append(event)
+    except hc.HermesError as exc:
+        return events, sleeps, exc
+    return events, sleeps, None
+
+
+BROKE = hc.HermesUnavailable("the run event stream broke (ReadError)")
+
+
+async def test_a_broken_numbered_stream_is_reopened_after_the_last_seq_and_repeats_are_dropped() -> None:
+    done = hc.RunCompleted(run_id="h", timestamp=0.0, output="abcd", seq=4)
+    client = StreamsClient(
+        [
+            [numbered("a", 0), numbered("b", 1), BROKE],
+            [BROKE],  # a reopening that breaks at once
+            [numbered("b", 1), numbered("c", 2), numbered("d", 3), done],  # a gateway replaying one too many
+        ]
+    )
+    events, sleeps, error = await resumed(client)
+    assert error is None
+    assert [e.seq for e in events] == [0, 1, 2, 3, 4]
+    assert "".join(e.delta for e in events if isinstance(e, hc.MessageDelta)) == "abcd"
+    assert client.asked == [None, 1, 1]
+    assert sleeps == [0.25, 0.5]
+
+
+async def test_a_stream_that_cannot_be_resumed_without_loss_gives_way_to_the_fallback() -> None:
+    truncated = hc.ReplayTruncated(run_id="h", timestamp=0.0, oldest_retained_seq=5, requested_seq=1)
+    events, _, error = await resumed(
+        StreamsClient([[numbered("a", 0), numbered("b", 1), BROKE], [truncated, numbered("f", 5)]])
+    )
+    assert isinstance(error, ReplayLost)
+    assert [e.seq for e in events] == [0, 1]
+    # 0.19.0: events carry no seq, the stream can't be resumed: the break is raised at once.
+    plain = StreamsClient([[numbered("a", None), BROKE]], numbered=False)
+    events, sleeps, error = await resumed(plain)
+    assert error is BROKE
+    assert (len(events), sleeps, plain.asked) == (1, [], [None])
+    # Tries used up (no event in between): raised after the last one.
+    stubborn = StreamsClient([[numbered("a", 0), BROKE], *([[BROKE]] * 5)])
+    _, sleeps, error = await resumed(stubborn, tries=3)
+    assert error is BROKE
+    assert sleeps == [0.25, 0.5, 1.0]
+    assert stubborn.asked == [None, 0, 0, 0]

@@ -1,5 +1,8 @@
 """A run survives a cut event stream, and a Hermes that dies mid-run ends it `failed`: the demo Hermes.
 
+As 0.19.0 (the default demo) the server learns the run's end by asking for it; as a 0.22-era gateway
+(``features=NEWER_FEATURES``: numbered events, replay) it resumes the stream where it broke.
+
 A TCP proxy (tests/tcp_proxy.py) sits between the live server and a private demo Hermes, so a test
 can cut the run's SSE stream (the demo goes on running the run) or stop the demo and later point
 the proxy at a new one. The scenarios are in tests/run_recovery.py, shared with the real gateway.
@@ -13,6 +16,7 @@ from typing import Final
 import pytest
 
 from demo_hermes import DemoHermesServer
+from demo_hermes.newer import NEWER_FEATURES
 from pheby.settings import Settings
 from tests.demo_hermes_server import client_for
 from tests.live_server import LiveServer, hermes_settings
@@ -27,9 +31,10 @@ SLOW_FINAL_TEXT: Final = "".join(f"tick {i} " for i in range(100)).strip()
 
 
 @pytest.fixture
-def hermes(make_demo_hermes: Callable[..., DemoHermesServer]) -> DemoHermesServer:
-    """A demo Hermes of this test's own: what it ran is this test's alone, and it may be stopped."""
-    return make_demo_hermes()
+def hermes(make_demo_hermes: Callable[..., DemoHermesServer], request: pytest.FixtureRequest) -> DemoHermesServer:
+    """A demo Hermes of this test's own: what it ran is this test's alone, and it may be stopped.
+    Parametrized indirectly with its options (none: 0.19.0)."""
+    return make_demo_hermes(**getattr(request, "param", {}))
 
 
 @pytest.fixture
@@ -78,6 +83,51 @@ async def test_a_cut_stream_keeps_the_run_until_hermes_ends_it(
         )
 
 
+REPLAYING: Final = {"features": NEWER_FEATURES}
+# Keeps 2 events: `/demo slow` emits 5 in the 0.25 s before the first resumption, so a replay is truncated.
+REPLAYING_SHORT_BACKLOG: Final = {"features": NEWER_FEATURES, "replay_backlog": 2}
+
+
+@pytest.mark.parametrize("hermes", [REPLAYING], indirect=True, ids=["replay"])
+async def test_a_cut_stream_of_a_replaying_hermes_is_resumed_without_loss_or_repeat(
+    client: PhebyClient, proxy: TcpProxy, hermes: DemoHermesServer
+) -> None:
+    marker = f"m{secrets.token_hex(4)}"
+    async with client_for(hermes) as direct:
+        await stream_cut_scenario(
+            client,
+            proxy,
+            direct,
+            marker=marker,
+            slow_text=f"/demo slow {marker}",
+            final_text=SLOW_FINAL_TEXT,
+            second_text=f"second try {marker}",
+            first_delta_timeout=10,
+            finish_timeout=20,
+            resumed=True,
+        )
+
+
+@pytest.mark.parametrize("hermes", [REPLAYING_SHORT_BACKLOG], indirect=True, ids=["replay-truncated"])
+async def test_a_truncated_replay_falls_back_to_asking_hermes_for_the_runs_end(
+    client: PhebyClient, proxy: TcpProxy, hermes: DemoHermesServer
+) -> None:
+    marker = f"m{secrets.token_hex(4)}"
+    async with client_for(hermes) as direct:
+        await stream_cut_scenario(
+            client,
+            proxy,
+            direct,
+            marker=marker,
+            slow_text=f"/demo slow {marker}",
+            final_text=SLOW_FINAL_TEXT,
+            second_text=f"second try {marker}",
+            first_delta_timeout=10,
+            finish_timeout=20,
+        )
+
+
+@pytest.mark.parametrize("hermes", [{}, REPLAYING], indirect=True, ids=["0.19.0", "replay"])
 @pytest.mark.parametrize("cut_first", [False, True], ids=["streaming", "stream-cut-before"])
 async def test_a_killed_hermes_fails_the_run_and_the_conversation_works_once_it_is_back(
     client: PhebyClient,
@@ -92,7 +142,10 @@ async def test_a_killed_hermes_fails_the_run_and_the_conversation_works_once_it_
     async def revive() -> None:
         # The same keys on a new port: to the server (behind the proxy) it is the same Hermes, restarted.
         again = await asyncio.to_thread(
-            make_demo_hermes, api_key=hermes.api_key, dashboard_token=hermes.dashboard_token
+            make_demo_hermes,
+            api_key=hermes.api_key,
+            dashboard_token=hermes.dashboard_token,
+            features=hermes.options.features,
         )
         proxy.retarget(again.port)
 

@@ -5,10 +5,11 @@ snapshot must hold everything broadcast before it and nothing that is broadcast 
 
 - the run state is read and the reply queued in one step (no await between), so every run event
   reaches the client either reflected in the snapshot or after it, never just before it;
-- the stored part (transcript, attachments) is read once, inside `runs.reading`, and the engine
+- the stored part (history, attachments) is read once, inside `runs.reading`, and the engine
   merges into it every finished turn the read may have missed (`runs.with_finished_turns`) in that
   same step, so a turn whose `run.finished` went out before the reply is in it, whatever the
-  interleaving;
+  interleaving; the history is a window around the page from the server's log when Hermes has
+  nothing the log lacks, else the whole transcript (`pheby.history_pages`);
 - attachments are the last read: the database runs one statement at a time, so an attachment
   committed after that read is announced after the reply is queued;
 - a `message.delta` still held back by the coalescing (pheby/coalesce.py) carries the newest
@@ -26,7 +27,7 @@ from handlers.ws.messages import ClientMessage
 from pheby.attachments import pheby_descriptor
 from pheby.errors import Unavailable
 from pheby.events import ConversationHistory
-from pheby.history import HISTORY_LIMIT_DEFAULT, HISTORY_LIMIT_MAX, page, shown_history, transcript
+from pheby.history import HISTORY_LIMIT_DEFAULT, HISTORY_LIMIT_MAX, page
 
 
 class ConversationOpen(ClientMessage, frozen=True, tag="conversation.open"):
@@ -40,15 +41,21 @@ async def handle(ctx: WsContext, msg: ConversationOpen) -> None:
     runs = services.runs
     conversation = await services.conversations.get(ctx.account.id, msg.conversation_id)
     with runs.reading(conversation.id):
+        limit = min(msg.limit, HISTORY_LIMIT_MAX)
         try:
-            stored = await transcript(services.hermes.for_account(ctx.account), conversation.session_ids)
+            shown = await services.history.window(
+                services.hermes.for_account(ctx.account),
+                conversation,
+                limit,
+                msg.before_message_id,
+                runs.finished_turns_after(conversation.id),
+            )
         except hc.HermesError:
             raise Unavailable("Hermes is unavailable; history can't be loaded right now") from None
-        shown = await shown_history(services.conversations, conversation.id, stored)
         attachments = await services.attachments.for_conversation(ctx.account.id, conversation.id)  # the last await
         # From here to the reply, no await: no broadcast can come between the run state and the snapshot.
         shown = runs.with_finished_turns(conversation.id, shown)
-    messages, has_more = page(shown, min(msg.limit, HISTORY_LIMIT_MAX), msg.before_message_id)
+    messages, has_more = page(shown, limit, msg.before_message_id)
     run, tools, approvals, clarifications = runs.snapshot(conversation.id)
     ctx.reply(
         ConversationHistory(

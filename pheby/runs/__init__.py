@@ -1,7 +1,7 @@
 """The run engine: one active run per conversation, from `chat.send` to `run.finished`.
 
-Hermes allows a single consumer per run stream and no resume, so the server holds it and fans the
-events out through the hub. Modules, one concept each:
+Hermes 0.19.0 allows a single consumer per run stream and no resume, so the server holds it and fans the
+events out through the hub; a 0.22-era stream is resumed where it broke. Modules, one concept each:
 
 - `engine`: `RunManager`, the wiring (send, cancel, decisions, plugin pushes, snapshots, shutdown);
 - `active`: `ActiveRun`, one run's live state, enough to rebuild a client's view after a reconnect;
@@ -9,7 +9,8 @@ events out through the hub. Modules, one concept each:
 - `decisions`: the shared lifecycle of approvals and clarifications;
 - `translate`: Hermes events → Pheby events and effects, a pure state machine;
 - `plugin_inputs`: the companion plugin's pushes, as inputs of their own;
-- `reader`: the stream's health, and how a lost stream's run is followed to its end by asking Hermes;
+- `reader`: the stream's health, its resumption (numbered events), and how a lost stream's run is
+  followed to its end by asking Hermes;
 - `media`: a completed run's `MEDIA:` files, pushed by the plugin or copied from disk;
 - `turn_log`: what history keeps of each turn, and the re-anchoring of its files;
 - `settled`: finished turns kept until the stored transcript holds them, for snapshots.

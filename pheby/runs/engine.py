@@ -2,8 +2,9 @@
 
 It starts runs (`send`), feeds each Hermes event through the pure translation (`translate`) and
 performs what comes out, keeps the pending decisions, takes the companion plugin's pushes
-(`plugin_push`), recovers a lost stream by asking Hermes (`reader`), logs the turn afterwards
-(`turn_log`), delivers its files (`media`) and keeps finished turns for snapshots (`settled`).
+(`plugin_push`), resumes a broken stream or recovers a lost one by asking Hermes (`reader`), logs the
+turn afterwards (`turn_log`), delivers its files (`media`) and keeps finished turns for snapshots
+(`settled`).
 """
 
 import asyncio
@@ -35,6 +36,7 @@ from pheby.errors import (
 )
 from pheby.hermes_features import NO_RUN_OPTIONS, RunOptions
 from pheby.history import transcript
+from pheby.history_pages import HistoryPages
 from pheby.hub import Hub
 from pheby.media_tags import media_paths, strip_media
 from pheby.plugin_link import NO_EXTRAS, PluginExtras
@@ -51,7 +53,15 @@ from pheby.runs.plugin_inputs import (
     PluginToolEnded,
     PluginToolStarted,
 )
-from pheby.runs.reader import DEFAULT_TIMING, LOST_ERROR, RecoveryTiming, settle, stop_lost, watch_stream
+from pheby.runs.reader import (
+    DEFAULT_TIMING,
+    LOST_ERROR,
+    RecoveryTiming,
+    resumed_events,
+    settle,
+    stop_lost,
+    watch_stream,
+)
 from pheby.runs.settled import SettledTurn, SettledTurns
 from pheby.runs.turn_log import AnchorTurn, TurnLog, text_turns
 from pheby.tool_merge import ToolMerge
@@ -112,6 +122,7 @@ class RunManager:
         anchor_turn: AnchorTurn | None = None,
         attachments: Attachments | None = None,
         recovery: RecoveryTiming = DEFAULT_TIMING,
+        history: HistoryPages | None = None,
     ) -> None:
         self._hub = hub
         self._conversations = conversations
@@ -127,7 +138,7 @@ class RunManager:
         self._last_tools: dict[str, list[ev.ToolState]] = {}
         self._transitions: Counter[str] = Counter()
         self._settled = SettledTurns()
-        self._turn_log = TurnLog(conversations, self._settled, anchor_turn, self._transitions)
+        self._turn_log = TurnLog(conversations, self._settled, anchor_turn, self._transitions, history)
         self._deleting: set[str] = set()  # conversations being deleted: no new run may start
         self._readers: set[asyncio.Task[None]] = set()  # each run's reader, with its after-turn work
 
@@ -151,6 +162,11 @@ class RunManager:
     def reading(self, conversation_id: str) -> contextlib.AbstractContextManager[None]:
         """Around a snapshot's read of the stored transcript (see `with_finished_turns`)."""
         return self._settled.reading(conversation_id)
+
+    def finished_turns_after(self, conversation_id: str) -> int | None:
+        """The Hermes id every finished turn kept for snapshots comes after (None: none kept); a history
+        window given to `with_finished_turns` holds every message after it, so none is taken for missing."""
+        return self._settled.kept_after(conversation_id)
 
     def with_finished_turns(self, conversation_id: str, shown: Sequence[ev.HistoryMessage]) -> list[ev.HistoryMessage]:
         """The transcript `shown` (read inside `reading`) with every finished turn it lacks, in order.
@@ -350,7 +366,7 @@ class RunManager:
 
         async def consume() -> None:
             try:
-                async with contextlib.aclosing(run.client.run_events(run.hermes_run_id)) as events:
+                async with contextlib.aclosing(resumed_events(run.client, run.hermes_run_id, self._recovery)) as events:
                     async for event in events:
                         waiting_since[0] = None
                         await self._perform_async(run, tr.translate(run.view, event))

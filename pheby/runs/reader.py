@@ -1,4 +1,11 @@
-"""The run stream's health, and how a run's end is learnt when its stream is lost.
+"""The run stream's health, its resumption, and how a run's end is learnt when its stream is lost.
+
+A 0.22-era gateway numbers a run's events (`seq`) and replays those after a `Last-Event-ID`:
+`resumed_events` reopens a broken stream from the last event seen (`resume_tries` tries, backing off
+from `first_delay` to `max_delay`) and drops any event it already yielded, so whoever reads it never
+sees the break. A gateway that does not number its events, a `replay.truncated` (events lost), a
+reopening that can't connect (Hermes is down), or tries exhausted: the break is raised as
+`HermesUnavailable`, and the fallback below takes over.
 
 Hermes 0.19.0 allows one consumer per run stream and no resume, so once the stream breaks (or ends
 without a terminal event) the only way to learn how the run ends is `GET /v1/runs/{id}`. `settle`
@@ -15,8 +22,10 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Final, Literal, NamedTuple
+
+import httpx
 
 import hermes_client as hc
 
@@ -34,6 +43,7 @@ class RecoveryTiming(NamedTuple):
     quiet_before_watch: float = 2.0  # seconds of stream silence before Hermes is asked whether it lives
     watch_interval: float = 1.0
     give_up_after: float = 6 * 3600.0  # a run Hermes reports running for longer than this is given up
+    resume_tries: int = 5  # reopenings of a numbered stream in a row, without an event between them
 
 
 DEFAULT_TIMING: Final = RecoveryTiming()
@@ -45,6 +55,50 @@ class Outcome(NamedTuple):
     status: Literal["completed", "failed", "cancelled", "lost"]
     output: str = ""
     error: str | None = None
+
+
+class ReplayLost(hc.HermesUnavailable):
+    """A resumed stream can't give every event after the last one seen: the gateway dropped some."""
+
+
+async def resumed_events(
+    client: hc.HermesClient,
+    hermes_run_id: str,
+    timing: RecoveryTiming = DEFAULT_TIMING,
+    *,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> AsyncGenerator[hc.RunEvent, None]:
+    """The run's events until its terminal one, each once and in order, across breaks of a numbered stream.
+
+    Raises `HermesUnavailable` when the stream breaks and can't be resumed without loss, and whatever
+    else `HermesClient.run_events` raises (`HermesNotFound`: Hermes no longer streams the run)."""
+    last_seq: int | None = None
+    failures = 0
+    delay = timing.first_delay
+    while True:
+        try:
+            async with contextlib.aclosing(client.run_events(hermes_run_id, last_event_id=last_seq)) as events:
+                async for event in events:
+                    if type(event) is hc.ReplayTruncated:
+                        raise ReplayLost("the resumed run stream lost events (replay.truncated)")
+                    seq = event.seq
+                    if isinstance(seq, int):
+                        if last_seq is not None and seq <= last_seq:
+                            continue  # already yielded before the break
+                        last_seq, failures, delay = seq, 0, timing.first_delay
+                    yield event
+            return
+        except hc.HermesUnavailable as exc:
+            # Resumable only where this gateway numbers its events (seen in this stream, or in the last one).
+            numbered = last_seq is not None or client.stream_numbered is True
+            # A reopening that can't even connect: Hermes is down, and `settle` says when it counts as lost.
+            unreachable = failures > 0 and isinstance(exc.__cause__, httpx.ConnectError)
+            if not numbered or unreachable or failures >= timing.resume_tries or isinstance(exc, ReplayLost):
+                raise
+            failures += 1
+            log.info("run %s: its stream broke (%s); resuming after event %s", hermes_run_id, exc, last_seq)
+            await sleep(delay)
+            delay = min(delay * 2, timing.max_delay)
 
 
 async def settle(
@@ -77,7 +131,7 @@ async def settle(
                 return Outcome("completed", status.output if isinstance(status.output, str) else "")
             if status.status == "cancelled":
                 return Outcome("cancelled")
-            if status.status == "failed":
+            if status.status in ("failed", "interrupted"):  # interrupted: a 0.22-era gateway shut down under it
                 return Outcome("failed", error=status.error if isinstance(status.error, str) else None)
         if clock() - started >= timing.give_up_after:
             return Outcome("lost")

@@ -85,6 +85,10 @@ class SettledTurns:
                 turn.stored_at = next(self._sequence)
         self._prune(conversation_id)
 
+    def kept_after(self, conversation_id: str) -> int | None:
+        """The oldest `stored_before` of the conversation's kept turns: their messages come after it."""
+        return min((turn.stored_before for turn in self._turns.get(conversation_id, ())), default=None)
+
     def forget(self, conversation_id: str) -> None:
         self._count -= len(self._turns.pop(conversation_id, ()))
 

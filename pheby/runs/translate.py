@@ -21,6 +21,7 @@ from pheby.media_tags import media_paths, strip_media, visible_draft
 from pheby.redact import redact, sanitize_error
 
 PREVIEW_MAX = 200
+INTERRUPTED_ERROR = "Hermes shut down while the run was going; the run was stopped"
 
 
 def mint_tool_id() -> str:
@@ -174,8 +175,12 @@ def translate(view: RunView, event: hc.RunEvent) -> list[Output]:
             return [Finish("failed", sanitize_error(error))]
         case hc.RunCancelled():
             return [Finish("cancelled")]
+        case hc.RunInterrupted():
+            return [Finish("failed", INTERRUPTED_ERROR)]
         case _:
-            return []  # reasoning.available repeats the text; approval.responded is echoed by us
+            # reasoning.available repeats the text; approval.responded is echoed by us; a newer Hermes's
+            # events we don't know (UnknownEvent, logged by the client) are dropped.
+            return []
 
 
 def complete(view: RunView, output: str) -> list[Output]:

@@ -16,6 +16,7 @@ from pheby import events as ev
 from pheby.conversations import Conversations
 from pheby.errors import NotFound
 from pheby.history import shown_history, transcript, turn_message_ids
+from pheby.history_pages import HistoryPages
 from pheby.runs.active import ActiveRun
 from pheby.runs.settled import SettledTurns
 
@@ -30,8 +31,10 @@ class TurnLog:
         settled: SettledTurns,
         anchor_turn: AnchorTurn | None,
         transitions: Counter[str],
+        history: HistoryPages | None = None,
     ) -> None:
         self._conversations = conversations
+        self._history = history
         self._settled = settled
         self._anchor_turn = anchor_turn
         self._transitions = transitions
@@ -46,8 +49,11 @@ class TurnLog:
         """Once Hermes has stored the run's turn: log it, anchor its files, and tell the kept turns."""
         try:
             conversation = await self._conversations.get(run.account.id, run.conversation_id)
-            stored = await transcript(run.client, conversation.session_ids)
-            shown = await self.log(conversation.id, stored)
+            if self._history is not None:  # also lets the next conversation.open read the log
+                stored, shown = await self._history.read_and_log(run.client, conversation)
+            else:
+                stored = await transcript(run.client, conversation.session_ids)
+                shown = await self.log(conversation.id, stored)
         except (NotFound, hc.HermesError, sqlite3.IntegrityError):
             return  # deleted meanwhile, or Hermes can't say: the run's ids stay
         user_id, answer_id = turn_message_ids(stored, shown, run.stored_before, run.sent_text)

@@ -1,0 +1,126 @@
+"""`conversation.open` serves pages from the server's log of a conversation's history, reading the whole
+Hermes transcript only when Hermes has something the log lacks (`pheby.history_pages`).
+
+The server reaches a demo Hermes of the test's own through a TCP proxy (tests/tcp_proxy.py), which
+records every request: the transcript reads (`GET /api/sessions/{id}/messages`) are counted there.
+"""
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from demo_hermes import DemoHermesServer
+from pheby.settings import Settings
+from tests.live_server import LiveServer, hermes_settings
+from tests.tcp_proxy import TcpProxy
+from tests.test_ws_e2e import new_conversation, run_to_end
+from tests.ws_client import Frame, PhebyClient
+
+pytestmark = [pytest.mark.anyio, pytest.mark.live]
+
+OPENS = 6
+
+
+@pytest.fixture
+def hermes(make_demo_hermes: Callable[..., DemoHermesServer]) -> DemoHermesServer:
+    return make_demo_hermes()
+
+
+@pytest.fixture
+def proxy(make_tcp_proxy: Callable[..., TcpProxy], hermes: DemoHermesServer) -> TcpProxy:
+    return make_tcp_proxy(hermes.port)
+
+
+@pytest.fixture
+async def client(
+    start_live_server: Callable[[Settings], LiveServer],
+    live_settings: Callable[..., Settings],
+    hermes: DemoHermesServer,
+    proxy: TcpProxy,
+) -> AsyncIterator[PhebyClient]:
+    server = start_live_server(
+        live_settings(
+            **{**hermes_settings(hermes), "hermes_url": proxy.url, "hermes_dashboard_url": proxy.url},
+            media_roots=(hermes.media_dir,),
+        )
+    )
+    client = await PhebyClient.connect(server.ws_url, server.secret)
+    yield client
+    await client.close()
+
+
+def transcript_reads(proxy: TcpProxy, conversation_id: str) -> int:
+    return proxy.requests().count(("GET", f"/api/sessions/pheby_{conversation_id}/messages"))
+
+
+async def open_page(client: PhebyClient, conversation_id: str, **fields: Any) -> Frame:
+    reply = await client.request("conversation.open", "conversation.history", conversation_id=conversation_id, **fields)
+    assert reply["type"] == "conversation.history", reply
+    return reply
+
+
+def texts(reply: Frame) -> list[tuple[str, str]]:
+    return [(m["role"], m["text"]) for m in reply["messages"]]
+
+
+async def test_repeated_opens_of_an_unchanged_conversation_read_the_transcript_at_most_once(
+    client: PhebyClient, proxy: TcpProxy
+) -> None:
+    conversation_id = await new_conversation(client)
+    for text in ("one", "two", "three"):
+        assert (await run_to_end(client, conversation_id, text))[-1]["status"] == "completed"
+    first = await open_page(client, conversation_id)
+    reads = transcript_reads(proxy, conversation_id)
+    for _ in range(OPENS):
+        again = await open_page(client, conversation_id)
+        assert again["messages"] == first["messages"]
+    assert transcript_reads(proxy, conversation_id) - reads <= 1, proxy.requests()[-20:]
+    assert texts(first) == [(role, text) for t in ("one", "two", "three") for role, text in
+                            (("user", t), ("assistant", f"You said: {t}"))]  # fmt: skip
+
+
+async def test_a_turn_added_behind_the_servers_back_still_shows_up(
+    client: PhebyClient, proxy: TcpProxy, hermes: DemoHermesServer
+) -> None:
+    conversation_id = await new_conversation(client)
+    await run_to_end(client, conversation_id, "one")
+    for _ in range(3):
+        await open_page(client, conversation_id)
+    sessions = hermes.state.sessions
+    session = sessions.get(f"pheby_{conversation_id}")
+    assert session is not None
+    sessions.add_message(session, "user", "typed in another Hermes client")
+    sessions.add_message(session, "assistant", "answered there")
+    shown = await open_page(client, conversation_id)
+    assert texts(shown)[-2:] == [("user", "typed in another Hermes client"), ("assistant", "answered there")]
+    reads = transcript_reads(proxy, conversation_id)
+    for _ in range(OPENS):
+        assert (await open_page(client, conversation_id))["messages"] == shown["messages"]
+    assert transcript_reads(proxy, conversation_id) - reads <= 1
+
+
+async def test_pages_from_the_log_are_the_pages_of_the_whole_history(client: PhebyClient, proxy: TcpProxy) -> None:
+    conversation_id = await new_conversation(client)
+    for index in range(6):
+        await run_to_end(client, conversation_id, f"turn {index}")
+    whole = (await open_page(client, conversation_id, limit=500))["messages"]
+    assert len(whole) == 12
+    await open_page(client, conversation_id)  # in sync from here on
+    reads = transcript_reads(proxy, conversation_id)
+    for limit in (1, 5, 12, 13):
+        paged: list[Frame] = []
+        cursor: str | None = None
+        while True:
+            reply = await open_page(client, conversation_id, limit=limit, before_message_id=cursor)
+            assert len(reply["messages"]) <= limit
+            paged = reply["messages"] + paged
+            if not reply["has_more"]:
+                break
+            cursor = reply["messages"][0]["message_id"]
+        assert paged == whole, limit
+    assert transcript_reads(proxy, conversation_id) == reads  # every page came from the log
+    unknown = await client.request(
+        "conversation.open", "conversation.history", conversation_id=conversation_id, before_message_id="m999999"
+    )
+    assert unknown["error"]["code"] == "not_found", unknown
