@@ -44,12 +44,12 @@ import uvicorn
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
 from bench.support import free_port, stop_process, wait_until_up
-from pheby.accounts import Accounts
-from pheby.conversations import Conversations
 from pheby.db import Database
-from pheby.extraction import extract_pdf
+from pheby.files.extraction import extract_pdf
 from pheby.server import build_uvicorn_config
 from pheby.settings import load_settings
+from pheby.store.accounts import Accounts
+from pheby.store.conversations import Conversations
 from tests.files import text_pdf
 
 MiB: Final = 1024 * 1024

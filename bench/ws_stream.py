@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 import hermes_client as hc
 from bench.support import free_port, raise_nofile_limit, serve_child, stop_process, wait_until_up
 from demo_hermes.server import DemoHermesServer
-from pheby.media_tags import visible_draft
+from pheby.files.media_tags import visible_draft
 from pheby.server import build_uvicorn_config
 from pheby.settings import Settings, load_settings
 

@@ -12,10 +12,10 @@ from typing import Any
 
 import msgspec
 
-from pheby.accounts import Account, Accounts, HermesAccountSettings
 from pheby.db import Database
 from pheby.errors import PhebyError
 from pheby.settings import Settings, SettingsError, load_settings
+from pheby.store.accounts import Account, Accounts, HermesAccountSettings
 
 DATA_DIR_HELP = "data directory (env PHEBY_DATA_DIR)"
 
@@ -156,7 +156,7 @@ def _serve(args: argparse.Namespace, data_dir: Path | None) -> int:
 
 def _install_plugin(settings: Settings, args: argparse.Namespace) -> int:
     """`pheby hermes install-plugin`: the plugin into HERMES_HOME, the shared secret to both sides."""
-    from pheby.plugin_install import InstallError, install_plugin, server_url
+    from pheby.plugin.install import InstallError, install_plugin, server_url
 
     try:
         result = install_plugin(args.home, args.server_url or server_url(settings), settings.data_dir)

@@ -12,10 +12,10 @@ from types import FrameType
 import uvicorn
 from litestar import Litestar
 
-from handlers.app import create_app
+from handlers.support.app import create_app
+from pheby.protocol.ws_protocol import PhebyWebSocketProtocol
 from pheby.services import Services
 from pheby.settings import Settings
-from pheby.ws_protocol import PhebyWebSocketProtocol
 
 log = logging.getLogger("pheby.server")
 

@@ -6,29 +6,29 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
-from pheby.accounts import Accounts
-from pheby.artifacts import ArtifactLimits, Artifacts
-from pheby.attachments import Attachments, pheby_descriptor
 from pheby.auth import Authenticator
-from pheby.changes import ChangeFeed
-from pheby.conversation_settings import ConversationSettings
-from pheby.conversations import Conversations
 from pheby.db import Database
 from pheby.errors import PhebyError
-from pheby.events import AttachmentAdded
-from pheby.hermes_features import HermesFeatures
-from pheby.hermes_pool import HermesClients
-from pheby.hub import Hub
-from pheby.lockout import AddressSlots, FailureLimiter, LoginGuard
-from pheby.memory import MemoryFiles
-from pheby.models import ModelChoices
-from pheby.plugin_events import PluginEvents
-from pheby.plugin_link import PluginLink
+from pheby.hermes.features import HermesFeatures
+from pheby.hermes.memory import MemoryFiles
+from pheby.hermes.model_choice import ModelChoices
+from pheby.hermes.pool import HermesClients
+from pheby.hermes.tasks import Tasks
+from pheby.plugin.conversation_settings import ConversationSettings
+from pheby.plugin.link import PluginLink
+from pheby.plugin.pushes import PluginEvents
+from pheby.protocol.frames import AttachmentAdded
+from pheby.protocol.hub import Hub
 from pheby.revocation import Revocations
 from pheby.runs import AssistantTurn, RunManager
 from pheby.settings import Settings
-from pheby.task_owners import TaskOwners
-from pheby.tasks import Tasks
+from pheby.store.accounts import Accounts
+from pheby.store.artifacts import ArtifactLimits, Artifacts
+from pheby.store.attachments import Attachments, pheby_descriptor
+from pheby.store.changes import ChangeFeed
+from pheby.store.conversations import Conversations
+from pheby.store.lockout import AddressSlots, FailureLimiter, LoginGuard
+from pheby.store.task_owners import TaskOwners
 from storage import BlobStore, StorageError, open_blob_store
 
 log = logging.getLogger("pheby.services")

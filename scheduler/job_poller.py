@@ -12,9 +12,9 @@ import re
 from collections import defaultdict
 
 import hermes_client as hc
-from pheby.accounts import Account
-from pheby.cron_delivery import file_cron_output, worth_delivering
+from pheby.runs.cron_delivery import file_cron_output, worth_delivering
 from pheby.services import Services
+from pheby.store.accounts import Account
 
 log = logging.getLogger("pheby.jobs")
 

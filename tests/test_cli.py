@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from pheby.accounts import Accounts, HermesAccountSettings
 from pheby.cli import main
 from pheby.db import Database
+from pheby.store.accounts import Accounts, HermesAccountSettings
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from handlers.app import ROUTES
-from handlers.ws.registry import HANDLERS
+from handlers.support.app import ROUTES
+from handlers.ws.support.registry import HANDLERS
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
 

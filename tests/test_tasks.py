@@ -15,12 +15,12 @@ import httpx
 import pytest
 
 from demo_hermes import DemoHermesServer
-from handlers.app import create_app
+from handlers.support.app import create_app
 from hermes_client import HermesClient, HermesNotFound, JobRepeat
-from pheby.accounts import Accounts, HermesAccountSettings
 from pheby.db import Database
 from pheby.services import Services
 from pheby.settings import Settings
+from pheby.store.accounts import Accounts, HermesAccountSettings
 from tests.app_client import BASE, Api
 from tests.conftest import TEST_SECRET
 from tests.demo_hermes_server import client_for

@@ -14,7 +14,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from pheby.errors import RateLimited
-from pheby.hub import CLOSE_TRY_AGAIN_LATER, MAX_CONNECTIONS_PER_ACCOUNT, Connection, Hub
+from pheby.protocol.hub import CLOSE_TRY_AGAIN_LATER, MAX_CONNECTIONS_PER_ACCOUNT, Connection, Hub
 from pheby.settings import Settings
 from tests.live_server import LiveServer
 from tests.ws_client import PhebyClient

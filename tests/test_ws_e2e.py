@@ -20,11 +20,11 @@ from websockets.exceptions import ConnectionClosed
 
 from demo_hermes import DemoHermesServer
 from hermes_client import HermesNotFound
-from pheby.accounts import Accounts, HermesAccountSettings
 from pheby.db import Database
 from pheby.errors import NotFound
 from pheby.server import WS_MAX_SIZE
 from pheby.settings import Settings
+from pheby.store.accounts import Accounts, HermesAccountSettings
 from tests.live_server import LiveServer, hermes_settings
 from tests.ws_client import Frame, PhebyClient
 

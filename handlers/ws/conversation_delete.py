@@ -7,10 +7,10 @@ slot is reserved but not yet started) must not keep the conversation from being 
 import logging
 
 import hermes_client as hc
-from handlers.ws.context import WsContext, rid
-from handlers.ws.messages import ClientMessage
+from handlers.ws.support.context import WsContext, rid
+from handlers.ws.support.messages import ClientMessage
 from pheby.errors import Unavailable
-from pheby.events import ConversationDeleted
+from pheby.protocol.frames import ConversationDeleted
 from pheby.services import Services
 
 log = logging.getLogger("pheby.ws")

@@ -18,12 +18,12 @@ from typing import Annotated
 import msgspec
 
 import hermes_client as hc
-from handlers.ws.context import WsContext, rid
-from handlers.ws.messages import ClientMessage
-from pheby.attachments import pheby_descriptor
+from handlers.ws.support.context import WsContext, rid
+from handlers.ws.support.messages import ClientMessage
 from pheby.errors import Unavailable
-from pheby.events import ConversationHistory
-from pheby.history import HISTORY_LIMIT_DEFAULT, HISTORY_LIMIT_MAX, page, shown_history, transcript
+from pheby.hermes.history import HISTORY_LIMIT_DEFAULT, HISTORY_LIMIT_MAX, page, shown_history, transcript
+from pheby.protocol.frames import ConversationHistory
+from pheby.store.attachments import pheby_descriptor
 
 
 class ConversationOpen(ClientMessage, frozen=True, tag="conversation.open"):

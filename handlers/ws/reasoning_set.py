@@ -7,9 +7,9 @@ An invalid effort is `bad_request`.
 
 import msgspec
 
-from handlers.ws.context import WsContext, rid
-from handlers.ws.messages import ClientMessage
-from pheby.events import ReasoningChanged
+from handlers.ws.support.context import WsContext, rid
+from handlers.ws.support.messages import ClientMessage
+from pheby.protocol.frames import ReasoningChanged
 
 
 class ReasoningSet(ClientMessage, frozen=True, tag="reasoning.set"):

@@ -10,8 +10,8 @@ import msgspec
 
 import hermes_client as hc
 from handlers.ws.chat_send import CHAT_TEXT_MAX
-from handlers.ws.context import WsContext, rid
-from handlers.ws.messages import ClientMessage
+from handlers.ws.support.context import WsContext, rid
+from handlers.ws.support.messages import ClientMessage
 from pheby.errors import (
     BadRequest,
     Conflict,
@@ -21,7 +21,7 @@ from pheby.errors import (
     Unavailable,
     UpstreamFailure,
 )
-from pheby.events import RunSteered
+from pheby.protocol.frames import RunSteered
 
 NO_STEER = "Steering a running agent needs a Hermes that offers it (`run_steer`); the connected one does not"
 

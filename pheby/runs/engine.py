@@ -20,10 +20,6 @@ from typing import Protocol
 from msgspec import UNSET, UnsetType
 
 import hermes_client as hc
-from pheby import events as ev
-from pheby.accounts import Account
-from pheby.attachments import Attachments, pheby_descriptor
-from pheby.conversations import Conversation, Conversations
 from pheby.errors import (
     ApprovalNotFound,
     ClarifyNotFound,
@@ -33,11 +29,12 @@ from pheby.errors import (
     Unavailable,
     UpstreamFailure,
 )
-from pheby.hermes_features import NO_RUN_OPTIONS, RunOptions
-from pheby.history import transcript
-from pheby.hub import Hub
-from pheby.media_tags import media_paths, strip_media
-from pheby.plugin_link import NO_EXTRAS, PluginExtras
+from pheby.files.media_tags import media_paths, strip_media
+from pheby.hermes.features import NO_RUN_OPTIONS, RunOptions
+from pheby.hermes.history import transcript
+from pheby.plugin.link import NO_EXTRAS, PluginExtras
+from pheby.protocol import frames as ev
+from pheby.protocol.hub import Hub
 from pheby.redact import sanitize_error
 from pheby.runs import translate as tr
 from pheby.runs.active import ActiveRun, AssistantTurn
@@ -53,8 +50,11 @@ from pheby.runs.plugin_inputs import (
 )
 from pheby.runs.reader import DEFAULT_TIMING, LOST_ERROR, RecoveryTiming, settle, stop_lost, watch_stream
 from pheby.runs.settled import SettledTurn, SettledTurns
+from pheby.runs.tool_merge import ToolMerge
 from pheby.runs.turn_log import AnchorTurn, TurnLog, text_turns
-from pheby.tool_merge import ToolMerge
+from pheby.store.accounts import Account
+from pheby.store.attachments import Attachments, pheby_descriptor
+from pheby.store.conversations import Conversation, Conversations
 
 log = logging.getLogger("pheby.runs")
 

@@ -7,7 +7,7 @@ call id and args the stream lacks, a clarification is held by the plugin, not by
 
 from typing import Any, NamedTuple
 
-from pheby import events as ev
+from pheby.protocol import frames as ev
 from pheby.runs.translate import ToolBegan, ToolEnded
 
 

@@ -16,8 +16,8 @@ from typing import Any, NamedTuple
 from msgspec import UNSET, UnsetType
 
 import hermes_client as hc
-from pheby import events as ev
-from pheby.media_tags import media_paths, strip_media, visible_draft
+from pheby.files.media_tags import media_paths, strip_media, visible_draft
+from pheby.protocol import frames as ev
 from pheby.redact import redact, sanitize_error
 
 PREVIEW_MAX = 200

@@ -12,12 +12,12 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 
 import hermes_client as hc
-from pheby import events as ev
-from pheby.conversations import Conversations
 from pheby.errors import NotFound
-from pheby.history import shown_history, transcript, turn_message_ids
+from pheby.hermes.history import shown_history, transcript, turn_message_ids
+from pheby.protocol import frames as ev
 from pheby.runs.active import ActiveRun
 from pheby.runs.settled import SettledTurns
+from pheby.store.conversations import Conversations
 
 # (conversation id, {message id used during the run: the history's id of that message}) → re-anchor files.
 AnchorTurn = Callable[[str, dict[str, str]], Awaitable[None]]
