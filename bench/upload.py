@@ -14,7 +14,7 @@ Memory. While each upload runs, a thread samples the server subprocess's RSS eve
 the kernel's high-water mark (VmHWM, reset through /proc/<pid>/clear_refs before each round) also
 catches a peak between samples. Growth = peak - RSS just before the round; the largest round counts.
 
-Extraction. In a fresh subprocess, `pheby.extraction.extract_pdf` reads a 100-page text PDF made by
+Extraction. In a fresh subprocess, `pheby.files.extraction.extract_pdf` reads a 100-page text PDF made by
 `tests.files.text_pdf` from memory, after a 1-page warm-up: wall time (median of 3 plain runs), then
 one run for the peak RSS growth (sampled, plus VmHWM), then one under tracemalloc for the peak of
 Python allocations.
@@ -44,6 +44,7 @@ import uvicorn
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
 from bench.support import free_port, stop_process, wait_until_up
+from handlers.support.app import create_app
 from pheby.db import Database
 from pheby.files.extraction import extract_pdf
 from pheby.server import build_uvicorn_config
@@ -103,7 +104,8 @@ async def bare_app(scope: Scope, receive: Receive, send: Send) -> None:
 
 def serve(kind: ServerKind, flags_json: str) -> None:
     """Run one server in the foreground until SIGTERM; the bare app gets the very same uvicorn options."""
-    config = build_uvicorn_config(load_settings({}, **json.loads(flags_json)))
+    settings = load_settings({}, **json.loads(flags_json))
+    config = build_uvicorn_config(settings, create_app(settings))
     if kind == "bare":
         config.app = bare_app
     uvicorn.Server(config).run()

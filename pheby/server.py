@@ -1,4 +1,9 @@
-"""Running the app under uvicorn: one worker holds the WebSockets, run streams and scheduler."""
+"""Running the app under uvicorn: one worker holds the WebSockets, run streams and scheduler.
+
+The app itself is built above this package (`handlers.support.app.create_app`) and handed in: the
+`pheby` command's entry point (`pheby_main`) gives `pheby.cli` the factory, so `pheby` never imports
+`handlers`.
+"""
 
 import asyncio
 import json
@@ -12,7 +17,6 @@ from types import FrameType
 import uvicorn
 from litestar import Litestar
 
-from handlers.support.app import create_app
 from pheby.protocol.ws_protocol import PhebyWebSocketProtocol
 from pheby.services import Services
 from pheby.settings import Settings
@@ -24,7 +28,7 @@ log = logging.getLogger("pheby.server")
 # uvicorn hands over: one over this ceiling is refused from its header, unread, and the
 # connection closed with 1009 (message too big) and no error frame. Every authenticated connection
 # may buffer one message this big, so it stays small: 4 MiB (no real frame comes near 2 MiB; a chat
-# text is at most 64,000 characters). Before `hello` the ceiling is 64 KiB (pheby.ws_protocol).
+# text is at most 64,000 characters). Before `hello` the ceiling is 64 KiB (pheby.protocol.ws_protocol).
 WS_MAX_SIZE = 4 * 1024 * 1024
 WS_PING_SECONDS = 30.0
 # Shutdown budget before uvicorn closes the sockets: runs get this long to end (each cancel waits
@@ -60,14 +64,14 @@ def configure_logging(log_format: str) -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per Hermes request is noise
 
 
-def build_uvicorn_config(settings: Settings) -> uvicorn.Config:
+def build_uvicorn_config(settings: Settings, app: Litestar) -> uvicorn.Config:
     return uvicorn.Config(
-        create_app(settings),
+        app,
         host=settings.host,
         port=settings.port,
         workers=1,
         lifespan="on",
-        ws=PhebyWebSocketProtocol,  # 64 KiB frames until hello, then WS_MAX_SIZE (see pheby.ws_protocol)
+        ws=PhebyWebSocketProtocol,  # 64 KiB frames until hello, then WS_MAX_SIZE (see pheby.protocol.ws_protocol)
         ws_max_size=WS_MAX_SIZE,
         ws_ping_interval=WS_PING_SECONDS,
         ws_ping_timeout=WS_PING_SECONDS,
@@ -127,8 +131,8 @@ async def settle(services: Services) -> None:
         log.warning("some WebSocket send queues did not drain in time")
 
 
-def serve(settings: Settings) -> bool:
-    """Serve until SIGINT/SIGTERM; False if the server never started (the lifespan failed)."""
-    server = PhebyServer(build_uvicorn_config(settings))
+def serve(settings: Settings, app: Litestar) -> bool:
+    """Serve `app` until SIGINT/SIGTERM; False if the server never started (the lifespan failed)."""
+    server = PhebyServer(build_uvicorn_config(settings, app))
     server.run()
     return server.started

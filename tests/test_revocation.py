@@ -54,7 +54,7 @@ async def pheby_cli(server: LiveServer, *args: str) -> Any:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "pheby.cli",
+        "pheby_main",
         "--data-dir",
         str(server.settings.data_dir),
         "account",

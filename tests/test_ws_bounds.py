@@ -1,6 +1,6 @@
 """Connection bounds: the send queue in bytes, sockets per account, sockets in all.
 
-The caps and the queue are tested on `pheby.hub` directly (fake senders, no sockets), then once
+The caps and the queue are tested on `pheby.protocol.hub` directly (fake senders, no sockets), then once
 each through a live server.
 """
 

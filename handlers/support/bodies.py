@@ -2,7 +2,7 @@
 
 Litestar converts bodies leniently (`"1"` becomes `1`); routes whose fields must keep their JSON
 types take the decoded body as a dict and validate it with `read_body`. (The caller is checked
-before any body is parsed: see the `/api` router's guard in `handlers.dependencies`.)
+before any body is parsed: see the `/api` router's guard in `handlers.support.dependencies`.)
 """
 
 from typing import Any, TypeVar
@@ -22,7 +22,7 @@ class PhebyRequest(Request[Any, Any, Any]):
 
     Litestar decodes every JSON body here (`JSONBody` parameters too) and maps msgspec's
     DecodeError to a 400, but msgspec raises RecursionError for deep nesting (see
-    `pheby.json_input`), which became a 500 with a traceback.
+    `pheby.protocol.json_input`), which became a 500 with a traceback.
     """
 
     async def json(self) -> Any:

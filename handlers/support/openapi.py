@@ -1,6 +1,6 @@
 """What the OpenAPI document says beyond the signatures: error answers, raw bodies, downloads.
 
-Every error is documented with the one body `handlers.errors` sends (`ErrorResponse`); a route lists
+Every error is documented with the one body `handlers.support.errors` sends (`ErrorResponse`); a route lists
 the statuses it can answer with `responses=errors(...)`, and the `/api` router adds what its guard
 answers. Routes that stream raw bytes (uploads, downloads) describe them with an `operation_class`
 from here, since their bodies are no JSON type Litestar could read off the signature.

@@ -1,6 +1,6 @@
 """`model.set` → `model.changed` reply and broadcast: global, or for one conversation (companion plugin).
 
-A global change is for the account's own Hermes only (the owner's rule is in `pheby.models`).
+A global change is for the account's own Hermes only (the owner's rule is in `pheby.hermes.model_choice`).
 """
 
 from typing import Annotated

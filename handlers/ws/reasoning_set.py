@@ -1,6 +1,6 @@
 """`reasoning.set` → `reasoning.changed` reply and broadcast: global, or for one conversation (companion plugin).
 
-A global change is for the account's own Hermes only (the owner's rule is in `pheby.models`).
+A global change is for the account's own Hermes only (the owner's rule is in `pheby.hermes.model_choice`).
 
 An invalid effort is `bad_request`.
 """

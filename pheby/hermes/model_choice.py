@@ -2,7 +2,7 @@
 
 Hermes 0.19.0 can change the model and effort only globally (the dashboard's `/api/model/set`
 and `PUT /api/config`); a change for one conversation needs the companion plugin
-(`pheby.conversation_settings`).
+(`pheby.plugin.conversation_settings`).
 
 A global change goes to the Hermes of the account that asks, and only if that account owns it:
 the owner owns the server's Hermes, an account with a gateway URL of its own owns that one. An

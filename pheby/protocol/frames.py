@@ -243,9 +243,9 @@ class ModelsSnapshot(Event, frozen=True, tag="models.snapshot"):
     current_provider: str | None
     supported_reasoning_efforts: list[str]
     scope: str | UnsetType = UNSET
-    # Which companion-plugin extras are live (`pheby.plugin_link.PluginExtras`); absent without a plugin.
+    # Which companion-plugin extras are live (`pheby.plugin.link.PluginExtras`); absent without a plugin.
     plugin: Any = UNSET
-    # Which path each gateway-dependent feature takes (`pheby.hermes_features.FeaturePaths`).
+    # Which path each gateway-dependent feature takes (`pheby.hermes.features.FeaturePaths`).
     paths: Any = UNSET
 
 

@@ -9,7 +9,7 @@ connection with 1009, "message too big"). So `PhebyWebSocketProtocol`:
 
 - starts every connection at `PRE_HELLO_MAX_BYTES` (64 KiB);
 - offers the app `scope["extensions"][FRAME_LIMIT_EXTENSION]["lift"]`, a callable that restores the
-  configured ceiling; the handshake calls it once `hello` succeeded (`handlers.ws.frames`);
+  configured ceiling; the handshake calls it once `hello` succeeded (`handlers.ws.support.frames`);
 - writes the protocol's `too_large` error frame just before the 1009 close when a frame before
   `hello` was refused, so the client is told why; the app sees the 1009 disconnect and counts a
   failed hello.
@@ -21,8 +21,17 @@ from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIO
 from websockets.exceptions import PayloadTooBig
 from websockets.frames import Frame, Opcode
 
-from handlers.ws.support.frames import FRAME_LIMIT_EXTENSION, PRE_HELLO_MAX_BYTES, pre_hello_too_large
-from pheby.protocol.frames import encode_event
+from pheby.protocol.frames import Error, encode_event, error_event
+
+# Frames before hello are at most this big; the handshake checks it too (for servers not run by `pheby serve`).
+PRE_HELLO_MAX_BYTES = 64 * 1024
+# The ASGI scope extension through which the app raises the protocol's frame ceiling after hello.
+FRAME_LIMIT_EXTENSION = "pheby.websocket.frame_limit"
+
+
+def pre_hello_too_large() -> Error:
+    """The error for a frame over `PRE_HELLO_MAX_BYTES` before hello (sent by the protocol or the handshake)."""
+    return error_event("too_large", f"Before hello, frames are limited to {PRE_HELLO_MAX_BYTES} bytes")
 
 
 class PhebyWebSocketProtocol(WebSocketsSansIOProtocol):

@@ -77,7 +77,7 @@ Snapshot = tuple[ev.RunSnapshot | None, list[ev.ToolState], list[ev.ApprovalRequ
 
 
 class RunPlugin(Protocol):
-    """What runs need from the companion Hermes plugin (`pheby.conversation_settings`)."""
+    """What runs need from the companion Hermes plugin (`pheby.plugin.conversation_settings`)."""
 
     async def prepare_run(self, account: Account, conversation: Conversation, session_id: str) -> PluginExtras:
         """Hand the plugin the conversation's settings; the extras this run may use."""

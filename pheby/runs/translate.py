@@ -3,7 +3,7 @@
 `translate(view, event)` takes a run's translation state and one Hermes event and returns what to
 do: `Emit` an event to the account's clients, or an effect the engine performs (`AskApproval`,
 `Complete`, `Finish`, ...). Tool calls arrive as `ToolBegan`/`ToolEnded`, the shape both the run
-stream and the companion plugin's pushes are turned into (see `pheby.tool_merge`). Ids are minted
+stream and the companion plugin's pushes are turned into (see `pheby.runs.tool_merge`). Ids are minted
 by the view's `mint` function, so a test can make them predictable.
 """
 

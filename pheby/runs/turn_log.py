@@ -1,7 +1,7 @@
 """What history keeps of each turn, before and after its run.
 
 Before a run the transcript is logged as history shows it, so Hermes's context compression can't
-hide those turns later (`pheby.history.with_logged`). After it, once Hermes has stored the turn,
+hide those turns later (`pheby.hermes.history.with_logged`). After it, once Hermes has stored the turn,
 it is logged again and the turn's files are re-anchored: during a run the user's turn is
 `user-<run id>` and the answer `draft-<run id>`; history calls them `m<Hermes id>`, and a
 reconnecting client must be able to put each file under its message.

@@ -2,10 +2,10 @@
 
 A frame that can't become a message raises `FrameError`, which carries the protocol error to
 send (echoing the frame's `request_id` when one can be read from it). Every decode goes through
-`pheby.json_input.decode_json`, so JSON nested too deep is malformed input, not a RecursionError.
+`pheby.protocol.json_input.decode_json`, so JSON nested too deep is malformed input, not a RecursionError.
 
-Before `hello` a frame is at most `PRE_HELLO_MAX_BYTES`; under `pheby serve` the WebSocket protocol
-itself enforces that (`pheby.ws_protocol`), refusing a bigger frame from its header, and
+Before `hello` a frame is at most `PRE_HELLO_MAX_BYTES` (`pheby.protocol.ws_protocol`); under
+`pheby serve` that WebSocket protocol itself enforces it, refusing a bigger frame from its header, and
 `lift_frame_limit` raises its ceiling once the hello succeeded.
 """
 
@@ -19,12 +19,10 @@ from handlers.ws.support.messages import ClientMessage, RequestIdOnly
 from handlers.ws.support.registry import DECODER, KNOWN_TYPES
 from pheby.protocol.frames import Error, error_event
 from pheby.protocol.json_input import NestedTooDeeply, decode_json
+from pheby.protocol.ws_protocol import FRAME_LIMIT_EXTENSION
 
 MAX_FRAME_BYTES = 2 * 1024 * 1024
-PRE_HELLO_MAX_BYTES = 64 * 1024
 CLOSE_MESSAGE_TOO_BIG = 1009
-# The ASGI scope extension through which the app raises the protocol's frame ceiling after hello.
-FRAME_LIMIT_EXTENSION = "pheby.websocket.frame_limit"
 
 
 class FrameError(Exception):
@@ -55,11 +53,6 @@ async def receive_frame_or_close(socket: WebSocket[Any, Any, Any]) -> bytes | st
         return Gone(code if isinstance(code, int) else 1005)
     text = message.get("text")
     return text if text is not None else (message.get("bytes") or b"")
-
-
-def pre_hello_too_large() -> Error:
-    """The error for a frame over `PRE_HELLO_MAX_BYTES` before hello (sent by the protocol or the handshake)."""
-    return error_event("too_large", f"Before hello, frames are limited to {PRE_HELLO_MAX_BYTES} bytes")
 
 
 def lift_frame_limit(socket: WebSocket[Any, Any, Any]) -> None:

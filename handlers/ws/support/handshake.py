@@ -3,10 +3,10 @@
 Anything else is a failed hello: answered with `version_mismatch`, `unauthorized`, `too_large`
 (a frame over 64 KiB) or `bad_request` (a request_id over 128 characters), counted toward the
 lockout, and the socket is closed (1008). A source address with too many failed hellos is locked
-out (see `pheby.lockout`); a socket that says nothing is closed with `auth_timeout`, uncounted.
+out (see `pheby.store.lockout`); a socket that says nothing is closed with `auth_timeout`, uncounted.
 
 Before `hello` a socket is cheap to hold, and bounded: its frames are at most 64 KiB, refused by
-the WebSocket protocol from the frame header under `pheby serve` (`pheby.ws_protocol`, which sends
+the WebSocket protocol from the frame header under `pheby serve` (`pheby.protocol.ws_protocol`, which sends
 the `too_large` error and closes with 1009; the handshake counts that close as a failed hello),
 and each source address may hold at most 8 such sockets: a ninth is accepted, told `rate_limited`
 and closed at once, uncounted. (Accepting first keeps the refusal a protocol error the client can
@@ -24,19 +24,18 @@ from msgspec import UNSET, UnsetType
 from handlers.ws.hello import HELLO_DECODER
 from handlers.ws.support.frames import (
     CLOSE_MESSAGE_TOO_BIG,
-    PRE_HELLO_MAX_BYTES,
     Gone,
     frame_size,
     lift_frame_limit,
     peek_request_id,
     peek_type,
-    pre_hello_too_large,
     receive_frame_or_close,
 )
 from handlers.ws.support.messages import MAX_REQUEST_ID_CHARS
 from pheby.auth import Principal
 from pheby.protocol.frames import PROTOCOL_VERSION, Error, Event, encode_event, error_event
 from pheby.protocol.json_input import decode_json
+from pheby.protocol.ws_protocol import PRE_HELLO_MAX_BYTES, pre_hello_too_large
 from pheby.services import Services
 
 log = logging.getLogger("pheby.ws")
