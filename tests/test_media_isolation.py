@@ -15,9 +15,8 @@ import pytest
 from demo_hermes import DemoHermesServer, parse_echo_reply
 from pheby.cli import main
 from pheby.db import Database
-from pheby.files.media_files import media_roots_for
 from pheby.settings import Settings
-from pheby.store.accounts import Account, Accounts, HermesAccountSettings
+from pheby.store.accounts import Account, Accounts, HermesAccountSettings, media_roots_for
 from tests.files import PNG_1PX
 from tests.live_server import LiveServer, hermes_settings
 from tests.ws_client import PhebyClient

@@ -25,7 +25,8 @@ from handlers.support.app import create_app
 from pheby.hermes import features as hermes_features
 from pheby.hermes.features import NO_RUN_OPTIONS, FeaturePaths, HermesFeatures, RunOptions
 from pheby.hermes.pool import HermesClients
-from pheby.plugin.link import PluginExtras, PluginLink, SessionSettings
+from pheby.plugin.extras import PluginExtras
+from pheby.plugin.link import PluginLink, SessionSettings
 from pheby.services import open_services
 from pheby.settings import Settings
 from pheby.store.accounts import Account, Accounts, HermesAccountSettings

@@ -15,7 +15,8 @@ import hermes_client as hc
 from demo_hermes import DemoHermesServer
 from handlers.support.app import create_app
 from pheby.plugin.conversation_settings import ConversationSettings
-from pheby.plugin.link import PluginExtras, PluginLink, SessionSettings
+from pheby.plugin.extras import PluginExtras
+from pheby.plugin.link import PluginLink, SessionSettings
 from pheby.runs.plugin_inputs import PluginToolEnded, PluginToolStarted
 from pheby.runs.tool_merge import ToolMerge
 from pheby.runs.translate import ToolBegan, ToolEnded, began_from_stream, ended_from_stream

@@ -5,7 +5,7 @@ O_NOFOLLOW: a symlink anywhere below the root (one planted there, or a directory
 while we walk) is refused by the kernel at the moment of opening, so no check can go stale before
 the open. Anything but a regular file is refused on the open descriptor before a byte is read.
 
-Which roots apply is the account's: `media_roots_for` (the owner: PHEBY_MEDIA_ROOTS; another
+Which roots apply is the account's: `pheby.store.accounts.media_roots_for` (the owner: PHEBY_MEDIA_ROOTS; another
 account: only the roots `pheby account hermes NAME --media-root DIR` gave it; an account with its
 own gateway: none, its files are not on the server's disk).
 """
@@ -18,8 +18,6 @@ from pathlib import Path
 
 import anyio
 
-from pheby.store.accounts import Account
-
 CHUNK = 1024 * 1024
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # NONBLOCK: a FIFO can't hang us
@@ -27,15 +25,6 @@ _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # NONB
 
 class MediaRefused(Exception):
     """The path may not be delivered; the message says why (for the log, never for a client)."""
-
-
-def media_roots_for(account: Account, server_roots: Sequence[Path]) -> tuple[Path, ...]:
-    """The roots an account's `MEDIA:` files may be copied from on the server's disk."""
-    if account.hermes.url:  # its own gateway: its agent's files are on another machine
-        return ()
-    if account.is_owner:
-        return tuple(server_roots)
-    return tuple(Path(root) for root in account.hermes.media_roots)
 
 
 def _within(path: str, root: str) -> bool:

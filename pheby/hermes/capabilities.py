@@ -18,7 +18,7 @@ from msgspec import UNSET, UnsetType
 import hermes_client as hc
 from pheby.hermes.features import FeaturePaths
 from pheby.hermes.pool import HermesClients
-from pheby.plugin.link import PluginExtras
+from pheby.plugin.extras import PluginExtras
 from pheby.store.accounts import Account
 
 # A capability screen should not wait on a stalled Hermes; a slow answer is as good as none.

@@ -27,7 +27,7 @@ import msgspec
 
 import hermes_client as hc
 from pheby.hermes.pool import HermesClients
-from pheby.plugin.link import PluginExtras
+from pheby.plugin.extras import PluginExtras
 from pheby.store.accounts import Account, Accounts
 
 log = logging.getLogger("pheby.hermes")

@@ -22,7 +22,8 @@ from pheby.errors import BadRequest, NotImplementedByUpstream, PhebyError
 from pheby.hermes.features import NO_RUN_OPTIONS, HermesFeatures, RunOptions
 from pheby.hermes.model_choice import REASONING_EFFORTS, ModelChoices
 from pheby.hermes.pool import HermesClients
-from pheby.plugin.link import NO_EXTRAS, PluginExtras, PluginLink, SessionSettings
+from pheby.plugin.extras import NO_EXTRAS, PluginExtras
+from pheby.plugin.link import PluginLink, SessionSettings
 from pheby.runs import hermes_session_id
 from pheby.store.accounts import Account
 from pheby.store.conversations import Conversation, Conversations

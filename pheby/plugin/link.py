@@ -27,33 +27,16 @@ from typing import Any, Final
 import httpx
 import msgspec
 
+from pheby.plugin.extras import EXTRAS, NO_EXTRAS, PluginExtras
 from pheby.plugin.install import read_server_secret
 from pheby.settings import Settings
 
 log = logging.getLogger("pheby.plugin")
 
-EXTRAS: Final = ("tool_events", "clarify", "model", "reasoning", "yolo", "media", "cron", "history")
 CALL_TIMEOUT_SECONDS: Final = 3.0
 PING_SLACK_SECONDS: Final = 10.0
 RETRY_FIRST_SECONDS: Final = 1.0
 TICK_SECONDS: Final = 1.0
-
-
-class PluginExtras(msgspec.Struct, frozen=True, kw_only=True):
-    """Which companion-plugin extras are live now (each also needs its PHEBY_PLUGIN_* switch on)."""
-
-    live: bool = False
-    tool_events: bool = False
-    clarify: bool = False
-    model: bool = False
-    reasoning: bool = False
-    yolo: bool = False
-    media: bool = False
-    cron: bool = False
-    history: bool = False
-
-
-NO_EXTRAS: Final = PluginExtras()
 
 
 class SessionSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -92,7 +75,7 @@ class PluginLink:
         self._hermes_url = settings.hermes_url.rstrip("/")
         self._secret = plugin_secret(settings)
         self._path = f"/api/platforms/{settings.plugin_platform}/events"
-        self._wanted = tuple(name for name in EXTRAS if getattr(settings, f"plugin_{name}"))
+        self._wanted = tuple(name for name in EXTRAS if name in settings.plugin_extras)
         self._clarify_timeout = settings.plugin_clarify_timeout
         self._interval = settings.plugin_handshake_seconds
         self._ping_ttl = 2 * settings.plugin_handshake_seconds + PING_SLACK_SECONDS

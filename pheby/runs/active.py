@@ -5,7 +5,7 @@ import uuid
 from typing import NamedTuple
 
 import hermes_client as hc
-from pheby.plugin.link import NO_EXTRAS, PluginExtras
+from pheby.plugin.extras import NO_EXTRAS, PluginExtras
 from pheby.protocol import frames as ev
 from pheby.runs.decisions import Decisions
 from pheby.runs.phase import RunPhase

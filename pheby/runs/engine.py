@@ -32,7 +32,7 @@ from pheby.errors import (
 from pheby.files.media_tags import media_paths, strip_media
 from pheby.hermes.features import NO_RUN_OPTIONS, RunOptions
 from pheby.hermes.history import transcript
-from pheby.plugin.link import NO_EXTRAS, PluginExtras
+from pheby.plugin.extras import NO_EXTRAS, PluginExtras
 from pheby.protocol import frames as ev
 from pheby.protocol.hub import Hub
 from pheby.redact import sanitize_error

@@ -12,7 +12,8 @@ import sqlite3
 import time
 import uuid
 from base64 import b64decode, b64encode
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
+from pathlib import Path
 from typing import Literal
 
 import anyio
@@ -47,6 +48,15 @@ class Account(msgspec.Struct, frozen=True, kw_only=True):
     disabled: bool
     created_at: float
     hermes: HermesAccountSettings
+
+
+def media_roots_for(account: Account, server_roots: Sequence[Path]) -> tuple[Path, ...]:
+    """The roots an account's `MEDIA:` files may be copied from on the server's disk."""
+    if account.hermes.url:  # its own gateway: its agent's files are on another machine
+        return ()
+    if account.is_owner:
+        return tuple(server_roots)
+    return tuple(Path(root) for root in account.hermes.media_roots)
 
 
 class IssuedToken(msgspec.Struct, frozen=True):

@@ -34,11 +34,11 @@ from pheby.files.file_types import (
     filename_problem,
     is_text,
 )
-from pheby.files.media_files import MediaRefused, media_roots_for, open_media_file, read_fd_chunks
+from pheby.files.media_files import MediaRefused, open_media_file, read_fd_chunks
 from pheby.protocol.frames import iso_utc
 from pheby.settings import Settings
 from pheby.store import changes
-from pheby.store.accounts import Account
+from pheby.store.accounts import Account, media_roots_for
 from pheby.store.quotas import UploadQuota
 from storage import BlobReader, BlobStore, BlobTooLarge, StorageError
 
