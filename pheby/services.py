@@ -17,14 +17,13 @@ from pheby.hermes.tasks import Tasks
 from pheby.plugin.conversation_settings import ConversationSettings
 from pheby.plugin.link import PluginLink
 from pheby.plugin.pushes import PluginEvents
-from pheby.protocol.frames import AttachmentAdded
 from pheby.protocol.hub import Hub
 from pheby.revocation import Revocations
 from pheby.runs import AssistantTurn, RunManager
 from pheby.settings import Settings
 from pheby.store.accounts import Accounts
 from pheby.store.artifacts import ArtifactLimits, Artifacts
-from pheby.store.attachments import Attachments, pheby_descriptor
+from pheby.store.attachments import Attachments, attachment_added
 from pheby.store.changes import ChangeFeed
 from pheby.store.conversations import Conversations
 from pheby.store.lockout import AddressSlots, FailureLimiter, LoginGuard
@@ -124,7 +123,7 @@ class Services:
             if attachment is not None:
                 self.hub.broadcast(
                     turn.account_id,
-                    AttachmentAdded(conversation_id=turn.conversation_id, attachment=pheby_descriptor(attachment)),
+                    attachment_added(turn.conversation_id, attachment),
                 )
 
     def background(self, task: asyncio.Task[Any], *, finish_at_shutdown: bool = False) -> None:

@@ -13,11 +13,11 @@ from collections.abc import Awaitable
 from typing import TypeVar
 
 import hermes_client as hc
-from pheby.errors import BadRequest, NotImplementedByUpstream, Unauthorized, Unavailable, UpstreamFailure
+from pheby.errors import BadRequest, NotImplementedByUpstream, Unauthorized
+from pheby.hermes.failures import hermes_failure
 from pheby.hermes.features import HermesFeatures
 from pheby.hermes.pool import HermesClients
 from pheby.protocol.frames import ProviderModels
-from pheby.redact import sanitize_error
 from pheby.store.accounts import Account
 
 REASONING_EFFORTS = ["none", "minimal", "low", "medium", "high", "xhigh", "max", "ultra"]
@@ -101,9 +101,10 @@ def owns_its_hermes(account: Account) -> bool:
 async def _call(awaitable: Awaitable[T]) -> T:
     try:
         return await awaitable
-    except hc.HermesUnavailable:
-        raise Unavailable("Hermes's dashboard is unavailable right now") from None
-    except hc.HermesRejected as exc:
-        raise BadRequest(f"Hermes refused: {sanitize_error(exc.message)}") from None
-    except hc.HermesError:
-        raise UpstreamFailure("Hermes's dashboard answered with an error") from None
+    except hc.HermesError as exc:
+        raise hermes_failure(
+            exc,
+            unavailable="Hermes's dashboard is unavailable right now",
+            refused="Hermes refused: {text}",
+            failed="Hermes's dashboard answered with an error",
+        ) from None

@@ -29,10 +29,9 @@ from pheby.errors import (
     NotImplementedByUpstream,
     Unavailable,
     Unprocessable,
-    UpstreamFailure,
 )
+from pheby.hermes.failures import hermes_failure
 from pheby.hermes.pool import HermesClients
-from pheby.redact import sanitize_error
 from pheby.store.accounts import Account
 from pheby.store.task_owners import TaskOwners
 
@@ -139,27 +138,27 @@ def _hermes_errors(*, collection: bool) -> Iterator[None]:
         yield
     except hc.HermesUnavailable as exc:
         log.info("Hermes jobs API unavailable: %s", exc)
-        raise Unavailable() from exc
+        raise hermes_failure(exc, unavailable=Unavailable.default_message) from exc
     except hc.HermesNotFound as exc:
         if collection:
             raise NotImplementedByUpstream("This Hermes has no scheduled-task API") from exc
-        raise NotFound("Task not found") from exc
+        raise hermes_failure(exc, not_found="Task not found") from exc
     except hc.HermesRejected as exc:  # shown to the client: scrubbed like every Hermes error text
         if exc.code == "invalid_schedule" or exc.status in (400, 422) or _is_refusal(exc.message):
-            raise Unprocessable(sanitize_error(exc.message)) from exc
+            raise hermes_failure(exc, refused="{text}", refused_as=Unprocessable) from exc
         if exc.status == 405:
             raise NotImplementedByUpstream("This Hermes has no scheduled-task API") from exc
         if exc.status == 429:
-            raise Unavailable("Hermes is busy; try again later") from exc
+            raise hermes_failure(exc, busy="Hermes is busy; try again later") from exc
         log.warning("Hermes refused a jobs request (HTTP %s): %s", exc.status, exc.message)
-        raise UpstreamFailure() from exc
+        raise hermes_failure(exc) from exc
     except hc.HermesUpstreamError as exc:
         if exc.status == 501:
             raise NotImplementedByUpstream("This Hermes has no scheduled-task API") from exc
-        if exc.status == 500 and _is_refusal(exc.message):
-            raise Unprocessable(sanitize_error(exc.message)) from exc
+        if exc.status == 500 and _is_refusal(exc.message):  # the jobs API answers some refusals with 500
+            raise hermes_failure(exc, refused="{text}", refused_as=Unprocessable, refusal=True) from exc
         log.warning("Hermes jobs API failed (HTTP %s): %s", exc.status, exc.message)
-        raise UpstreamFailure() from exc
+        raise hermes_failure(exc) from exc
 
 
 class Tasks:

@@ -18,7 +18,7 @@ import hermes_client as hc
 from pheby.errors import Conflict, Forbidden, NotFound, Unauthorized
 from pheby.hermes.pool import HermesClients
 from pheby.plugin.link import PluginLink
-from pheby.protocol.frames import AttachmentAdded, ToolStatus
+from pheby.protocol.frames import ToolStatus
 from pheby.protocol.hub import Hub
 from pheby.runs import RunManager
 from pheby.runs.cron_delivery import file_cron_output, worth_delivering
@@ -30,7 +30,7 @@ from pheby.runs.plugin_inputs import (
     PluginToolStarted,
 )
 from pheby.store.accounts import Account, Accounts
-from pheby.store.attachments import Attachments, pheby_descriptor
+from pheby.store.attachments import Attachments, attachment_added
 from pheby.store.conversations import Conversations
 from pheby.store.task_owners import TaskOwners
 
@@ -188,7 +188,7 @@ class PluginEvents:
         )
         self._hub.broadcast(
             run.account.id,
-            AttachmentAdded(conversation_id=run.conversation_id, attachment=pheby_descriptor(attachment)),
+            attachment_added(run.conversation_id, attachment),
         )
 
     async def _cron_output(self, push: CronOutput) -> bool:

@@ -5,7 +5,7 @@ are typed `X | None` and always present. Every event carries `ts` (ISO-8601 UTC)
 """
 
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -104,6 +104,8 @@ class RunSnapshot(msgspec.Struct, frozen=True):
 
 
 class ToolState(msgspec.Struct, frozen=True, kw_only=True):
+    """One tool call of a run, as a run snapshot lists it; `tool.event` carries the same fields."""
+
     tool_call_id: str
     tool_name: str
     status: ToolStatus
@@ -167,16 +169,36 @@ class RunSteered(Event, frozen=True, tag="run.steered"):
     accepted: bool
 
 
-class ToolEvent(Event, frozen=True, tag="tool.event"):
-    conversation_id: str
-    run_id: str
-    tool_call_id: str
-    tool_name: str
-    status: ToolStatus
-    args_redacted: dict[str, Any] | UnsetType = UNSET
-    duration_ms: int | UnsetType | None = UNSET
-    error: str | UnsetType = UNSET
-    preview: str | UnsetType = UNSET
+def _fields_of(struct: type[msgspec.Struct]) -> list[tuple[Any, ...]]:
+    """A Struct's fields as `msgspec.defstruct` takes them, so another Struct can have the same ones."""
+    fields: list[tuple[Any, ...]] = []
+    for f in msgspec.structs.fields(struct):
+        if f.required:
+            fields.append((f.name, f.type))
+        elif f.default_factory is not msgspec.NODEFAULT:
+            fields.append((f.name, f.type, msgspec.field(default_factory=f.default_factory)))
+        else:
+            fields.append((f.name, f.type, f.default))
+    return fields
+
+
+if TYPE_CHECKING:  # what the type checker sees: the frame is an Event with every field of ToolState
+
+    class ToolEvent(Event, ToolState, frozen=True, tag="tool.event"):
+        """A tool call's state pushed as it changes: `ToolState`'s fields and the conversation."""
+
+        conversation_id: str
+
+else:  # msgspec can't inherit from two Structs with fields, so the frame is built from ToolState's
+    ToolEvent = msgspec.defstruct(
+        "ToolEvent",
+        [("conversation_id", str), *_fields_of(ToolState)],
+        bases=(Event,),
+        module=__name__,
+        frozen=True,
+        kw_only=True,
+        tag="tool.event",
+    )
 
 
 # --- decisions -------------------------------------------------------------------------------

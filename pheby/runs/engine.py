@@ -26,10 +26,9 @@ from pheby.errors import (
     ConversationNotFound,
     NotFound,
     RunActive,
-    Unavailable,
-    UpstreamFailure,
 )
 from pheby.files.media_tags import media_paths, strip_media
+from pheby.hermes.failures import hermes_failure
 from pheby.hermes.features import NO_RUN_OPTIONS, RunOptions
 from pheby.hermes.history import transcript
 from pheby.plugin.extras import NO_EXTRAS, PluginExtras
@@ -53,7 +52,7 @@ from pheby.runs.settled import SettledTurn, SettledTurns
 from pheby.runs.tool_merge import ToolMerge
 from pheby.runs.turn_log import AnchorTurn, TurnLog, text_turns
 from pheby.store.accounts import Account
-from pheby.store.attachments import Attachments, pheby_descriptor
+from pheby.store.attachments import Attachments, attachment_added
 from pheby.store.conversations import Conversation, Conversations
 
 log = logging.getLogger("pheby.runs")
@@ -192,7 +191,7 @@ class RunManager:
             for attachment in await self._attachments.claim(attachments, run.user_message_id):
                 self._hub.broadcast(
                     account.id,
-                    ev.AttachmentAdded(conversation_id=conversation.id, attachment=pheby_descriptor(attachment)),
+                    attachment_added(conversation.id, attachment),
                 )
         return run
 
@@ -260,12 +259,13 @@ class RunManager:
             self._watch_plugin(run, handle.run_id)
             run.phase.move("running")
             run.started.set()  # from here a cancel can stop it
-        except hc.HermesUnavailable:
-            self.release(run)
-            raise Unavailable("Hermes is unavailable right now; the message was not sent, try again") from None
         except hc.HermesError as exc:
             self.release(run)
-            raise UpstreamFailure(f"Hermes refused the run: {sanitize_error(exc.message)}") from None
+            raise hermes_failure(
+                exc,
+                unavailable="Hermes is unavailable right now; the message was not sent, try again",
+                failed="Hermes refused the run: {text}",
+            ) from None
         except BaseException:
             self.release(run)
             self._by_hermes.pop(run.hermes_run_id, None)
@@ -582,10 +582,10 @@ class RunManager:
         run.view.cancelling = True
         try:
             await run.client.stop_run(run.hermes_run_id)
-        except hc.HermesNotFound:
-            raise NotFound("The run can no longer be interrupted") from None
         except hc.HermesError as exc:
-            raise UpstreamFailure(f"Hermes did not stop the run: {sanitize_error(exc.message)}") from None
+            raise hermes_failure(
+                exc, not_found="The run can no longer be interrupted", failed="Hermes did not stop the run: {text}"
+            ) from None
         run.phase.move("cancelling")
         try:
             await asyncio.wait_for(asyncio.shield(run.finished.wait()), timeout=CANCEL_GRACE_SECONDS)

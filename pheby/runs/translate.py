@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import msgspec
 from msgspec import UNSET, UnsetType
 
 import hermes_client as hc
@@ -247,17 +248,11 @@ def tool_outcome(ended: ToolEnded, *, cancelling: bool) -> ev.ToolStatus:
 
 
 def tool_event(view: RunView, state: ev.ToolState) -> ev.ToolEvent:
-    return ev.ToolEvent(
-        conversation_id=view.conversation_id,
-        run_id=view.run_id,
-        tool_call_id=state.tool_call_id,
-        tool_name=state.tool_name,
-        status=state.status,
-        args_redacted=state.args_redacted if state.status == "running" else UNSET,
-        duration_ms=state.duration_ms,
-        error=state.error,
-        preview=state.preview,
-    )
+    """The `tool.event` of a call's state: the same fields (the args only while it runs)."""
+    fields = msgspec.structs.asdict(state)
+    if state.status != "running":
+        fields["args_redacted"] = UNSET
+    return ev.ToolEvent(conversation_id=view.conversation_id, **fields)
 
 
 def _short(text: str, limit: int) -> str:

@@ -35,7 +35,7 @@ from pheby.files.file_types import (
     is_text,
 )
 from pheby.files.media_files import MediaRefused, open_media_file, read_fd_chunks
-from pheby.protocol.frames import iso_utc
+from pheby.protocol.frames import AttachmentAdded, iso_utc
 from pheby.settings import Settings
 from pheby.store import changes
 from pheby.store.accounts import Account, media_roots_for
@@ -112,6 +112,11 @@ def pheby_descriptor(a: Attachment) -> PhebyDescriptor:
         expires_at=iso_utc(a.expires_at, "seconds"),
         download_path=f"/attachments/{a.id}",
     )
+
+
+def attachment_added(conversation_id: str, a: Attachment) -> AttachmentAdded:
+    """The `attachment.added` frame of a conversation's new attachment (uploaded, delivered or pushed)."""
+    return AttachmentAdded(conversation_id=conversation_id, attachment=pheby_descriptor(a))
 
 
 def hope_object(a: Attachment) -> HopeAttachment:
