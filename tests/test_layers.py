@@ -30,7 +30,7 @@ ALLOWED: list[tuple[str, tuple[str, ...]]] = [
     ("pheby.errors", ()),
     ("pheby.db", ()),
     ("pheby.redact", ()),
-    ("pheby.protocol", ("pheby.errors", "pheby.protocol")),
+    ("pheby.protocol", (*BASICS, "pheby.protocol")),
     ("pheby.files", ("pheby.errors", "pheby.files", "storage")),
     ("pheby.store", (*BASICS, "pheby.files", "pheby.protocol.frames", "pheby.store", "storage")),
     ("pheby.hermes", (*BASICS, "pheby.files", "pheby.protocol.frames", "pheby.store", PLUGIN_EXTRAS, *HERMES)),
