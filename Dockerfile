@@ -19,6 +19,7 @@ RUN groupadd --system --gid 10001 pheby \
 WORKDIR /src
 # The runtime dependencies only (no dev extra); the source tree is not kept in the image.
 COPY pyproject.toml README.md ./
+COPY pheby_main.py ./
 COPY pheby ./pheby
 COPY handlers ./handlers
 COPY storage ./storage

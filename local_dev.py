@@ -14,6 +14,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from handlers.support.app import create_app
 from pheby.server import configure_logging, serve
 from pheby.settings import SettingsError, load_settings
 
@@ -56,7 +57,7 @@ def main() -> int:
         print(hermes_line, flush=True)
         print(f"Storage: {settings.storage}, data dir {settings.data_dir}", flush=True)
         print(secret_line, flush=True)
-        serve(settings)
+        serve(settings, create_app(settings))
     return 0
 
 

@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 from litestar import Litestar, get
 
 from bench.support import free_port, stop_process
+from handlers.support.app import create_app
 from pheby.server import build_uvicorn_config
 from pheby.settings import load_settings
 
@@ -57,7 +58,7 @@ def serve(app_name: str, port: int, data_dir: Path) -> None:
         job_poll_seconds=3600,
         artifact_versions_max=1_000_000,  # the bench edits one artifact per worker thousands of times
     )
-    config = build_uvicorn_config(settings)
+    config = build_uvicorn_config(settings, create_app(settings))
     if app_name == "hello":
         config.app = Litestar(route_handlers=[hello])  # same uvicorn settings, only the app differs
     uvicorn.Server(config).run()

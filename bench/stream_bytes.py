@@ -56,7 +56,7 @@ from bench.ws_stream import (
     recording_run_events,
 )
 from demo_hermes.server import DemoHermesServer
-from pheby.media_tags import visible_draft
+from pheby.files.media_tags import visible_draft
 from pheby.settings import load_settings
 
 TIMEOUT: Final = 120.0

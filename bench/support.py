@@ -12,6 +12,7 @@ from collections.abc import Callable
 import httpx
 import uvicorn
 
+from handlers.support.app import create_app
 from pheby.server import build_uvicorn_config
 from pheby.settings import load_settings
 
@@ -61,4 +62,4 @@ def serve_child(flags_json: str) -> None:
     """A benchmark's `--serve-child` mode: run the server (settings from JSON flags) until SIGTERM."""
     raise_nofile_limit()
     settings = load_settings({}, **json.loads(flags_json))
-    uvicorn.Server(build_uvicorn_config(settings)).run()
+    uvicorn.Server(build_uvicorn_config(settings, create_app(settings))).run()

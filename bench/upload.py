@@ -17,7 +17,7 @@ Memory. While each upload runs, a thread samples the server subprocess's RSS eve
 the kernel's high-water mark (VmHWM, reset through /proc/<pid>/clear_refs before each round) also
 catches a peak between samples. Growth = peak - RSS just before the round; the largest round counts.
 
-Extraction. In a fresh subprocess, `pheby.extraction.extract_pdf` reads a 100-page text PDF made by
+Extraction. In a fresh subprocess, `pheby.files.extraction.extract_pdf` reads a 100-page text PDF made by
 `tests.files.text_pdf` from memory, after a 1-page warm-up: wall time (median of 3 plain runs), then
 one run for the peak RSS growth (sampled, plus VmHWM), then one under tracemalloc for the peak of
 Python allocations.
@@ -47,12 +47,13 @@ import uvicorn
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
 from bench.support import free_port, stop_process, wait_until_up
-from pheby.accounts import Accounts
-from pheby.conversations import Conversations
+from handlers.support.app import create_app
 from pheby.db import Database
-from pheby.extraction import extract_pdf
+from pheby.files.extraction import extract_pdf
 from pheby.server import build_uvicorn_config
 from pheby.settings import load_settings
+from pheby.store.accounts import Accounts
+from pheby.store.conversations import Conversations
 from tests.files import text_pdf
 
 MiB: Final = 1024 * 1024
@@ -141,7 +142,7 @@ def durable_app(directory: Path) -> Callable[[Scope, Receive, Send], Awaitable[N
 def serve(kind: ServerKind, flags_json: str) -> None:
     """Run one server in the foreground until SIGTERM; the bare apps get the very same uvicorn options."""
     settings = load_settings({}, **json.loads(flags_json))
-    config = build_uvicorn_config(settings)
+    config = build_uvicorn_config(settings, create_app(settings))
     if kind == "bare":
         config.app = bare_app
     elif kind == "durable":

@@ -13,7 +13,7 @@ plain message, one word per delta at the demo's default pacing (10 ms).
   all of the owner account) sends `chat.send`; latency of each
   `message.delta` frame = arrival - timestamp of the Hermes delta that made that (cumulative, visible)
   text. The bench finds that timestamp by wrapping `HermesClient.run_events` in this process only
-  (events pass through unchanged) and replaying the deltas through `pheby.media_tags.visible_draft`,
+  (events pass through unchanged) and replaying the deltas through `pheby.files.media_tags.visible_draft`,
   as the server does. The wrapper also notes when the server's reader got each event, which splits
   the server-path latency into Hermes -> server reader and server reader -> client.
 Deltas emitted before the path's stream consumer got its first event are left out (Hermes buffers a
@@ -53,7 +53,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 import hermes_client as hc
 from bench.support import free_port, raise_nofile_limit, serve_child, stop_process, wait_until_up
 from demo_hermes.server import DemoHermesServer
-from pheby.media_tags import visible_draft
+from handlers.support.app import create_app
+from pheby.files.media_tags import visible_draft
 from pheby.server import build_uvicorn_config
 from pheby.settings import Settings, load_settings
 
@@ -246,7 +247,7 @@ class AppThread:
     """The server in a thread of this process, started and stopped like tests/live_server.py does."""
 
     def __init__(self, settings: Settings) -> None:
-        self.server = uvicorn.Server(build_uvicorn_config(settings))
+        self.server = uvicorn.Server(build_uvicorn_config(settings, create_app(settings)))
         self.thread = threading.Thread(target=self.server.run, name="pheby-bench", daemon=True)
 
     def start(self) -> None:

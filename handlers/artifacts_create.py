@@ -6,10 +6,10 @@ import msgspec
 from litestar import post
 from litestar.di import NamedDependency
 
-from handlers.openapi import errors, json_body
-from pheby.artifacts import KINDS, TITLE_MAX, ArtifactBody
+from handlers.support.openapi import errors, json_body
 from pheby.auth import Principal
 from pheby.services import Services
+from pheby.store.artifacts import KINDS, TITLE_MAX, ArtifactBody
 
 # The value rules are the service's (a title that breaks them is 422, not a body-shape 400), so the
 # body's schema states them (`extra_json_schema`) without msgspec enforcing them at decoding.

@@ -13,7 +13,7 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath
 
 from handlers.artifacts_get import REVISION
-from handlers.openapi import download_operation, errors
+from handlers.support.openapi import download_operation, errors
 from pheby.auth import Principal
 from pheby.services import Services
 

@@ -6,10 +6,10 @@ from litestar import get
 from litestar.di import NamedDependency
 from litestar.params import FromPath, QueryParameter
 
-from handlers.openapi import errors
-from pheby.artifacts import ArtifactBody
+from handlers.support.openapi import errors
 from pheby.auth import Principal
 from pheby.services import Services
+from pheby.store.artifacts import ArtifactBody
 
 # Revisions count from 1; any other number is no version of the artifact, answered 404 like one not
 # kept (so the range is stated in the document, not enforced as a 400).

@@ -4,9 +4,9 @@ import msgspec
 from litestar import get
 from litestar.di import NamedDependency
 
-from pheby.artifacts import ArtifactSummary
 from pheby.auth import Principal
 from pheby.services import Services
+from pheby.store.artifacts import ArtifactSummary
 
 
 class ArtifactList(msgspec.Struct, frozen=True):

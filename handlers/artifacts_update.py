@@ -8,12 +8,12 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath
 
 from handlers.artifacts_create import CONTENT_SCHEMA, KIND_SCHEMA, TITLE_SCHEMA
-from handlers.bodies import read_body
-from handlers.openapi import errors, json_body
-from pheby.artifacts import ArtifactBody
+from handlers.support.bodies import read_body
+from handlers.support.openapi import errors, json_body
 from pheby.auth import Principal
 from pheby.errors import BadRequest
 from pheby.services import Services
+from pheby.store.artifacts import ArtifactBody
 
 
 class UpdateArtifactRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

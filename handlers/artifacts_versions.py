@@ -5,10 +5,10 @@ from litestar import get
 from litestar.di import NamedDependency
 from litestar.params import FromPath
 
-from handlers.openapi import errors
-from pheby.artifacts import ArtifactVersion
+from handlers.support.openapi import errors
 from pheby.auth import Principal
 from pheby.services import Services
+from pheby.store.artifacts import ArtifactVersion
 
 
 class VersionList(msgspec.Struct, frozen=True):

@@ -6,8 +6,8 @@ from litestar import Request, get
 from litestar.di import NamedDependency
 from litestar.params import FromPath
 
-from handlers.downloads import BlobResponse, attachment_download
-from handlers.openapi import download_operation, errors
+from handlers.support.downloads import BlobResponse, attachment_download
+from handlers.support.openapi import download_operation, errors
 from pheby.services import Services
 
 

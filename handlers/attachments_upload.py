@@ -8,11 +8,11 @@ from litestar.di import NamedDependency
 from litestar.openapi.spec import OpenAPIType, Schema
 from litestar.params import FromQuery
 
-from handlers.openapi import errors, query, raw_body_operation
-from handlers.uploads import FILENAME_SCHEMA, refuse_declared_over
-from pheby.attachments import PhebyDescriptor, pheby_descriptor
+from handlers.support.openapi import errors, query, raw_body_operation
+from handlers.support.uploads import FILENAME_SCHEMA, refuse_declared_over
 from pheby.errors import BadRequest, ConversationNotFound
 from pheby.services import Services
+from pheby.store.attachments import PhebyDescriptor, pheby_descriptor
 
 
 class UploadResponse(msgspec.Struct, frozen=True):

@@ -7,7 +7,7 @@ from litestar import Request, Response, post
 from litestar.datastructures import Cookie
 from litestar.di import NamedDependency
 
-from handlers.openapi import errors, json_body
+from handlers.support.openapi import errors, json_body
 from pheby.auth import SESSION_COOKIE
 from pheby.errors import Unauthorized
 from pheby.services import Services

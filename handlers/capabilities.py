@@ -10,7 +10,7 @@ from litestar import get
 from litestar.di import NamedDependency
 
 from pheby.auth import Principal
-from pheby.capabilities import Capabilities, account_capabilities
+from pheby.hermes.capabilities import Capabilities, account_capabilities
 from pheby.services import Services
 
 

@@ -10,10 +10,10 @@ from litestar import get
 from litestar.di import NamedDependency
 from litestar.params import Parameter
 
-from handlers.openapi import errors
+from handlers.support.openapi import errors
 from pheby.auth import Principal
-from pheby.changes import Change
 from pheby.services import Services
+from pheby.store.changes import Change
 
 # Sequences are SQLite integers; anything beyond is not a cursor this server gave out.
 _SEQUENCE_MAX = 2**63 - 1

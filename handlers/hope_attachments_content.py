@@ -4,10 +4,10 @@ from litestar import get
 from litestar.di import NamedDependency
 from litestar.params import FromPath
 
-from handlers.downloads import BlobResponse, attachment_download
-from handlers.openapi import download_operation, errors
+from handlers.support.downloads import BlobResponse, attachment_download
+from handlers.support.openapi import download_operation, errors
 from pheby.auth import Principal
-from pheby.file_types import HOPE_MIME_TYPES
+from pheby.files.file_types import HOPE_MIME_TYPES
 from pheby.services import Services
 
 

@@ -6,12 +6,12 @@ import msgspec
 from litestar import Request, post
 from litestar.di import NamedDependency
 
-from handlers.openapi import errors, header, raw_body_operation
-from handlers.uploads import FILENAME_SCHEMA, declared_length, utf8_header
-from pheby.attachments import HopeAttachment, hope_object
+from handlers.support.openapi import errors, header, raw_body_operation
+from handlers.support.uploads import FILENAME_SCHEMA, declared_length, utf8_header
 from pheby.auth import Principal
-from pheby.file_types import HOPE_MIME_TYPES
+from pheby.files.file_types import HOPE_MIME_TYPES
 from pheby.services import Services
+from pheby.store.attachments import HopeAttachment, hope_object
 
 
 class HopeAttachmentResponse(msgspec.Struct, frozen=True):

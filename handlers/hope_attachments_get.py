@@ -5,10 +5,10 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath
 
 from handlers.hope_attachments_create import HopeAttachmentResponse
-from handlers.openapi import errors
-from pheby.attachments import hope_object
+from handlers.support.openapi import errors
 from pheby.auth import Principal
 from pheby.services import Services
+from pheby.store.attachments import hope_object
 
 
 @get("/attachments/{attachment_id:str}", tags=["hope"], responses=errors(400, 404))

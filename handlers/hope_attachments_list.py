@@ -4,9 +4,9 @@ import msgspec
 from litestar import get
 from litestar.di import NamedDependency
 
-from pheby.attachments import HopeAttachment, hope_object
 from pheby.auth import Principal
 from pheby.services import Services
+from pheby.store.attachments import HopeAttachment, hope_object
 
 
 class HopeAttachmentList(msgspec.Struct, frozen=True):

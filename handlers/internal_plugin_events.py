@@ -7,8 +7,8 @@ from litestar import Request, post
 from litestar.di import NamedDependency
 
 from pheby.errors import BadRequest
-from pheby.json_input import decode_json
-from pheby.plugin_events import PUSH_DECODER
+from pheby.plugin.pushes import PUSH_DECODER
+from pheby.protocol.json_input import decode_json
 from pheby.services import Services
 
 MAX_EVENT_BYTES = 1024 * 1024

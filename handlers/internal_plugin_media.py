@@ -6,7 +6,7 @@ from litestar import Request, post
 from litestar.di import NamedDependency
 from litestar.params import FromQuery
 
-from handlers.uploads import refuse_declared_over
+from handlers.support.uploads import refuse_declared_over
 from pheby.errors import BadRequest
 from pheby.services import Services
 

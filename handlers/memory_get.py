@@ -3,9 +3,9 @@
 from litestar import get
 from litestar.di import NamedDependency
 
-from handlers.openapi import errors
+from handlers.support.openapi import errors
 from pheby.auth import Principal
-from pheby.memory import MemorySections
+from pheby.hermes.memory import MemorySections
 from pheby.services import Services
 
 

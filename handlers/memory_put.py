@@ -6,9 +6,9 @@ from litestar import put
 from litestar.di import NamedDependency
 from litestar.params import PathParameter
 
-from handlers.openapi import errors, json_body
+from handlers.support.openapi import errors, json_body
 from pheby.auth import Principal
-from pheby.memory import SECTION_FILES, MemorySection, MemoryUpdate
+from pheby.hermes.memory import SECTION_FILES, MemorySection, MemoryUpdate
 from pheby.services import Services
 
 

@@ -5,11 +5,11 @@ from typing import Annotated, Any
 from litestar import post
 from litestar.di import NamedDependency
 
-from handlers.bodies import read_body
-from handlers.openapi import errors, json_body
+from handlers.support.bodies import read_body
+from handlers.support.openapi import errors, json_body
 from pheby.auth import Principal
+from pheby.hermes.tasks import CreateTask, TaskEnvelope
 from pheby.services import Services
-from pheby.tasks import CreateTask, TaskEnvelope
 
 # A body Hermes takes: a schedule is a duration ("30m"), an interval ("every 2h"), a cron line or a timestamp.
 EXAMPLE = {"name": "Morning brief", "schedule": "0 9 * * *", "prompt": "Summarise the news for me"}

@@ -4,7 +4,7 @@ from litestar import delete
 from litestar.di import NamedDependency
 from litestar.params import FromPath
 
-from handlers.openapi import errors
+from handlers.support.openapi import errors
 from pheby.auth import Principal
 from pheby.services import Services
 

@@ -3,10 +3,10 @@
 from litestar import get
 from litestar.di import NamedDependency
 
-from handlers.openapi import errors
+from handlers.support.openapi import errors
 from pheby.auth import Principal
+from pheby.hermes.tasks import TaskList
 from pheby.services import Services
-from pheby.tasks import TaskList
 
 
 @get("/tasks", tags=["tasks"], responses=errors(501, 502))

@@ -4,10 +4,10 @@ from litestar import post
 from litestar.di import NamedDependency
 from litestar.params import FromPath
 
-from handlers.openapi import errors
+from handlers.support.openapi import errors
 from pheby.auth import Principal
+from pheby.hermes.tasks import TaskEnvelope
 from pheby.services import Services
-from pheby.tasks import TaskEnvelope
 
 
 @post("/tasks/{task_id:str}/run", tags=["tasks"], status_code=200, responses=errors(400, 404, 501, 502))

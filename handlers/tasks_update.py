@@ -6,11 +6,11 @@ from litestar import patch
 from litestar.di import NamedDependency
 from litestar.params import FromPath
 
-from handlers.bodies import read_body
-from handlers.openapi import errors, json_body
+from handlers.support.bodies import read_body
+from handlers.support.openapi import errors, json_body
 from pheby.auth import Principal
+from pheby.hermes.tasks import TaskEnvelope, UpdateTask
 from pheby.services import Services
-from pheby.tasks import TaskEnvelope, UpdateTask
 
 EXAMPLE = {"schedule": "every 2h", "enabled": False}
 

@@ -11,9 +11,9 @@ from typing import Any, Literal
 import msgspec
 from litestar.connection import ASGIConnection
 
-from pheby.accounts import Account, Accounts
 from pheby.errors import Forbidden, Unauthorized
 from pheby.settings import Settings
+from pheby.store.accounts import Account, Accounts
 
 SESSION_COOKIE = "hope_session"
 MUTATING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})

@@ -1,23 +1,31 @@
 """The `pheby` console command: `serve`, `account create|token|disable|enable|revoke|list|hermes` and
-`hermes install-plugin`."""
+`hermes install-plugin`.
+
+`serve` needs the app factory, which lives above `pheby` (`handlers.support.app.create_app`): the
+console script (`pheby_main.main`) passes it in as `app_factory`.
+"""
 
 import argparse
 import asyncio
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from pheby.accounts import Account, Accounts, HermesAccountSettings
 from pheby.db import Database
 from pheby.errors import PhebyError
 from pheby.settings import Settings, SettingsError, load_settings
+from pheby.store.accounts import Account, Accounts, HermesAccountSettings
+
+if TYPE_CHECKING:  # importing Litestar would slow every account command
+    from litestar import Litestar
 
 DATA_DIR_HELP = "data directory (env PHEBY_DATA_DIR)"
+AppFactory = Callable[[Settings], "Litestar"]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -107,7 +115,8 @@ class _Subcommands:
         return self._group.add_parser(name, parents=parents, **kwargs)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, app_factory: AppFactory | None = None) -> int:
+    """Run one command; `serve` needs `app_factory` (the console script passes it)."""
     args = _parser().parse_args(argv)
     data_dir = args.data_dir
     try:
@@ -119,7 +128,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                     file=sys.stderr,
                 )
                 return 2
-            return _serve(args, data_dir)
+            if app_factory is None:
+                print(
+                    "pheby serve: no app to serve (run the `pheby` command, or `python -m pheby_main`)", file=sys.stderr
+                )
+                return 2
+            return _serve(args, data_dir, app_factory)
         settings = load_settings(data_dir=data_dir)
         if args.command == "hermes":
             return _install_plugin(settings, args)
@@ -134,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _serve(args: argparse.Namespace, data_dir: Path | None) -> int:
+def _serve(args: argparse.Namespace, data_dir: Path | None, app_factory: AppFactory) -> int:
     """`pheby serve`: settings, start-up checks (refusals are one line on stderr), then uvicorn."""
     try:
         settings = load_settings(host=args.host, port=args.port, data_dir=data_dir, log_format=args.log_format)
@@ -151,12 +165,12 @@ def _serve(args: argparse.Namespace, data_dir: Path | None) -> int:
     except StartupRefused as exc:
         print(f"pheby serve: {exc}", file=sys.stderr)
         return 2
-    return 0 if serve(settings) else 3
+    return 0 if serve(settings, app_factory(settings)) else 3
 
 
 def _install_plugin(settings: Settings, args: argparse.Namespace) -> int:
     """`pheby hermes install-plugin`: the plugin into HERMES_HOME, the shared secret to both sides."""
-    from pheby.plugin_install import InstallError, install_plugin, server_url
+    from pheby.plugin.install import InstallError, install_plugin, server_url
 
     try:
         result = install_plugin(args.home, args.server_url or server_url(settings), settings.data_dir)
@@ -232,7 +246,3 @@ def _listed(account: Account) -> dict[str, object]:
         "created_at": account.created_at,
         "hermes": _shown_hermes(account.hermes),
     }
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

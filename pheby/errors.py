@@ -1,6 +1,6 @@
 """The one exception hierarchy of the server.
 
-Services raise these; `handlers.errors` maps them (and Litestar's own HTTP errors) to the
+Services raise these; `handlers.support.errors` maps them (and Litestar's own HTTP errors) to the
 `{"error": {"code", "message"}}` body in one place. Messages are for users: no paths, URLs,
 keys or stack traces.
 """

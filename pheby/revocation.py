@@ -25,12 +25,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pheby.accounts import Accounts, CredentialState
-from pheby.conversations import Conversations
 from pheby.db import Database
 from pheby.errors import PhebyError
-from pheby.hub import Hub
+from pheby.protocol.hub import Hub
 from pheby.runs import RunManager
+from pheby.store.accounts import Accounts, CredentialState
+from pheby.store.conversations import Conversations
 
 log = logging.getLogger("pheby.revocation")
 

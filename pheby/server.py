@@ -1,4 +1,9 @@
-"""Running the app under uvicorn: one worker holds the WebSockets, run streams and scheduler."""
+"""Running the app under uvicorn: one worker holds the WebSockets, run streams and scheduler.
+
+The app itself is built above this package (`handlers.support.app.create_app`) and handed in: the
+`pheby` command's entry point (`pheby_main`) gives `pheby.cli` the factory, so `pheby` never imports
+`handlers`.
+"""
 
 import asyncio
 import json
@@ -12,11 +17,10 @@ from types import FrameType
 import uvicorn
 from litestar import Litestar
 
-from handlers.app import create_app
+from pheby.protocol.ws_compression import CompressedWebSocketProtocol
+from pheby.protocol.ws_protocol import PhebyWebSocketProtocol
 from pheby.services import Services
 from pheby.settings import Settings
-from pheby.ws_compression import CompressedWebSocketProtocol
-from pheby.ws_protocol import PhebyWebSocketProtocol
 
 log = logging.getLogger("pheby.server")
 
@@ -25,7 +29,7 @@ log = logging.getLogger("pheby.server")
 # uvicorn hands over: one over this ceiling is refused from its header, unread, and the
 # connection closed with 1009 (message too big) and no error frame. Every authenticated connection
 # may buffer one message this big, so it stays small: 4 MiB (no real frame comes near 2 MiB; a chat
-# text is at most 64,000 characters). Before `hello` the ceiling is 64 KiB (pheby.ws_protocol).
+# text is at most 64,000 characters). Before `hello` the ceiling is 64 KiB (pheby.protocol.ws_protocol).
 WS_MAX_SIZE = 4 * 1024 * 1024
 WS_PING_SECONDS = 30.0
 # Shutdown budget before uvicorn closes the sockets: runs get this long to end (each cancel waits
@@ -63,14 +67,14 @@ def configure_logging(log_format: str) -> None:
 
 class ServerWebSocketProtocol(CompressedWebSocketProtocol, PhebyWebSocketProtocol):
     """uvicorn's WebSocket protocol with both of the server's changes, each calling `super()`:
-    permessage-deflate at a bounded cost (`pheby.ws_compression`; listed first, so it replaces the
+    permessage-deflate at a bounded cost (`pheby.protocol.ws_compression`; listed first, so it replaces the
     extension list the other's `__init__` built) and 64 KiB frames until `hello`, then `WS_MAX_SIZE`
-    (`pheby.ws_protocol`; websockets applies that limit to the decompressed size too)."""
+    (`pheby.protocol.ws_protocol`; websockets applies that limit to the decompressed size too)."""
 
 
-def build_uvicorn_config(settings: Settings) -> uvicorn.Config:
+def build_uvicorn_config(settings: Settings, app: Litestar) -> uvicorn.Config:
     return uvicorn.Config(
-        create_app(settings),
+        app,
         host=settings.host,
         port=settings.port,
         workers=1,
@@ -134,8 +138,8 @@ async def settle(services: Services) -> None:
         log.warning("some WebSocket send queues did not drain in time")
 
 
-def serve(settings: Settings) -> bool:
-    """Serve until SIGINT/SIGTERM; False if the server never started (the lifespan failed)."""
-    server = PhebyServer(build_uvicorn_config(settings))
+def serve(settings: Settings, app: Litestar) -> bool:
+    """Serve `app` until SIGINT/SIGTERM; False if the server never started (the lifespan failed)."""
+    server = PhebyServer(build_uvicorn_config(settings, app))
     server.run()
     return server.started

@@ -6,30 +6,29 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
-from pheby.accounts import Accounts
-from pheby.artifacts import ArtifactLimits, Artifacts
-from pheby.attachments import Attachments, pheby_descriptor
 from pheby.auth import Authenticator
-from pheby.changes import ChangeFeed
-from pheby.coalesce import CoalescingHub
-from pheby.conversation_settings import ConversationSettings
-from pheby.conversations import Conversations
 from pheby.db import Database
 from pheby.errors import PhebyError
-from pheby.events import AttachmentAdded
-from pheby.hermes_features import HermesFeatures
-from pheby.hermes_pool import HermesClients
-from pheby.history_pages import HistoryPages
-from pheby.lockout import AddressSlots, FailureLimiter, LoginGuard
-from pheby.memory import MemoryFiles
-from pheby.models import ModelChoices
-from pheby.plugin_events import PluginEvents
-from pheby.plugin_link import PluginLink
+from pheby.hermes.features import HermesFeatures
+from pheby.hermes.history_pages import HistoryPages
+from pheby.hermes.memory import MemoryFiles
+from pheby.hermes.model_choice import ModelChoices
+from pheby.hermes.pool import HermesClients
+from pheby.hermes.tasks import Tasks
+from pheby.plugin.conversation_settings import ConversationSettings
+from pheby.plugin.link import PluginLink
+from pheby.plugin.pushes import PluginEvents
+from pheby.protocol.coalesce import CoalescingHub
 from pheby.revocation import Revocations
 from pheby.runs import AssistantTurn, RunManager
 from pheby.settings import Settings
-from pheby.task_owners import TaskOwners
-from pheby.tasks import Tasks
+from pheby.store.accounts import Accounts
+from pheby.store.artifacts import ArtifactLimits, Artifacts
+from pheby.store.attachments import Attachments, attachment_added
+from pheby.store.changes import ChangeFeed
+from pheby.store.conversations import Conversations
+from pheby.store.lockout import AddressSlots, FailureLimiter, LoginGuard
+from pheby.store.task_owners import TaskOwners
 from storage import BlobStore, StorageError, open_blob_store
 
 log = logging.getLogger("pheby.services")
@@ -129,7 +128,7 @@ class Services:
             if attachment is not None:
                 self.hub.broadcast(
                     turn.account_id,
-                    AttachmentAdded(conversation_id=turn.conversation_id, attachment=pheby_descriptor(attachment)),
+                    attachment_added(turn.conversation_id, attachment),
                 )
 
     def background(self, task: asyncio.Task[Any], *, finish_at_shutdown: bool = False) -> None:

@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from pheby.plugin.extras import EXTRAS, OFF_BY_DEFAULT, env_name, setting_name
+
 StorageKind = Literal["local", "s3"]
 MiB = 1024 * 1024
 DEFAULT_DATA_DIR = Path(".local")
@@ -91,16 +93,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     plugin_platform: Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9_]+$")] = "pheby_bridge"
     # PHEBY_PLUGIN_PEERS: comma-separated addresses besides loopback that may push plugin events.
     plugin_peers: tuple[str, ...] = ()
-    # Each extra can be switched off (PHEBY_PLUGIN_TOOL_EVENTS=false, ...) once Hermes offers it natively.
-    plugin_tool_events: bool = True
-    plugin_clarify: bool = True
-    plugin_model: bool = True
-    plugin_reasoning: bool = True
-    plugin_yolo: bool = True
-    plugin_media: bool = True
-    plugin_cron: bool = True
-    # PHEBY_PLUGIN_HISTORY: splice the session's stored history, tool calls included, into model requests.
-    plugin_history: bool = False
+    # The extras switched on, one boolean variable each (`pheby.plugin.extras`): PHEBY_PLUGIN_TOOL_EVENTS=false,
+    # ... switches one off once Hermes offers it natively; PHEBY_PLUGIN_HISTORY (off by default) splices the
+    # session's stored history, tool calls included, into model requests.
+    plugin_extras: frozenset[str] = frozenset(EXTRAS) - OFF_BY_DEFAULT
     # PHEBY_PLUGIN_CLARIFY_TIMEOUT: seconds a clarify question waits for an answer before it expires.
     plugin_clarify_timeout: Annotated[float, msgspec.Meta(gt=0, le=86400)] = 120.0
     # PHEBY_PLUGIN_HANDSHAKE_SECONDS: how often the server checks that the plugin is there (and Hermes restarted).
@@ -157,14 +153,7 @@ ENV_NAMES: dict[str, str] = {
     "plugin_secret": "PHEBY_PLUGIN_SECRET",
     "plugin_platform": "PHEBY_PLUGIN_PLATFORM",
     "plugin_peers": "PHEBY_PLUGIN_PEERS",
-    "plugin_tool_events": "PHEBY_PLUGIN_TOOL_EVENTS",
-    "plugin_clarify": "PHEBY_PLUGIN_CLARIFY",
-    "plugin_model": "PHEBY_PLUGIN_MODEL",
-    "plugin_reasoning": "PHEBY_PLUGIN_REASONING",
-    "plugin_yolo": "PHEBY_PLUGIN_YOLO",
-    "plugin_media": "PHEBY_PLUGIN_MEDIA",
-    "plugin_cron": "PHEBY_PLUGIN_CRON",
-    "plugin_history": "PHEBY_PLUGIN_HISTORY",
+    **{setting_name(extra): env_name(extra) for extra in EXTRAS},  # read into `plugin_extras`
     "plugin_clarify_timeout": "PHEBY_PLUGIN_CLARIFY_TIMEOUT",
     "plugin_handshake_seconds": "PHEBY_PLUGIN_HANDSHAKE_SECONDS",
 }
@@ -177,6 +166,13 @@ _LIST_SEPARATORS: dict[str, str] = {
     "plugin_peers": ",",
 }
 
+# Each extra's switch as a flat boolean (`plugin_history`), as the variables and flags name them.
+_ExtraSwitches = msgspec.defstruct(
+    "ExtraSwitches",
+    [(setting_name(extra), bool, extra not in OFF_BY_DEFAULT) for extra in EXTRAS],
+    kw_only=True,
+    forbid_unknown_fields=True,
+)
 _PATH_AT = re.compile(r"at `\$\.(\w+)")
 _ORIGIN = re.compile(r"https?://[^/\s?#@]+")
 
@@ -199,7 +195,10 @@ def load_settings(environ: Mapping[str, str] | None = None, **flags: Any) -> Set
     data_dir = Path(raw.get("data_dir", DEFAULT_DATA_DIR))
     if "secret" not in raw:
         raw["secret"] = resolve_secret(data_dir)
+    switches = {name: raw.pop(name) for name in _ExtraSwitches.__struct_fields__ if name in raw}
     try:
+        on = msgspec.convert(switches, _ExtraSwitches, strict=False)
+        raw["plugin_extras"] = [extra for extra in EXTRAS if getattr(on, setting_name(extra))]
         settings = msgspec.convert(raw, Settings, strict=False, dec_hook=_decode_path)
     except msgspec.ValidationError as exc:
         raise SettingsError(_describe(exc)) from None

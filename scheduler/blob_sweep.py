@@ -6,8 +6,8 @@ A storage failure skips the sweep with one warning line; the next run picks up w
 import asyncio
 import logging
 
-from pheby.attachments import SweepResult
 from pheby.services import Services
+from pheby.store.attachments import SweepResult
 from storage import StorageError
 
 log = logging.getLogger("pheby.retention")

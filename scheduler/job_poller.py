@@ -3,7 +3,7 @@
 Hermes 0.19.0 cannot push cron output to an API client, so the server reads each new
 `cron_<jobid>_<YYYYMMDD_HHMMSS>` session (source `cron`) once it has ended, files it under the
 task's conversation (created on the first output) and pushes it as `run.*`/`message.*` events.
-The companion plugin pushes the same output the moment a run finishes (`pheby.plugin_events`);
+The companion plugin pushes the same output the moment a run finishes (`pheby.plugin.pushes`);
 polling stays as the fallback (PHEBY_JOB_POLLING), and each session is delivered once either way.
 """
 
@@ -12,9 +12,9 @@ import re
 from collections import defaultdict
 
 import hermes_client as hc
-from pheby.accounts import Account
-from pheby.cron_delivery import file_cron_output, worth_delivering
+from pheby.runs.cron_delivery import file_cron_output, worth_delivering
 from pheby.services import Services
+from pheby.store.accounts import Account
 
 log = logging.getLogger("pheby.jobs")
 

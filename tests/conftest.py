@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from handlers.app import create_app
+from handlers.support.app import create_app
 from pheby.settings import Settings, load_settings
 from tests.app_client import BASE, Api
 

@@ -15,6 +15,7 @@ import pytest
 import uvicorn
 from litestar import Litestar
 
+from handlers.support.app import create_app
 from pheby.server import build_uvicorn_config
 from pheby.services import Services
 from pheby.settings import Settings
@@ -49,7 +50,7 @@ class LiveServer:
 
 class _Runner:
     def __init__(self, settings: Settings) -> None:
-        self.server = uvicorn.Server(build_uvicorn_config(settings))
+        self.server = uvicorn.Server(build_uvicorn_config(settings, create_app(settings)))
         self.thread = threading.Thread(target=self.server.run, name="uvicorn-test", daemon=True)
 
     def start(self) -> None:

@@ -6,7 +6,7 @@ import pytest
 from litestar import get
 from litestar.testing import AsyncTestClient
 
-from handlers.app import create_app
+from handlers.support.app import create_app
 from pheby.settings import Settings
 from tests.conftest import TEST_SECRET
 

@@ -11,13 +11,13 @@ import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from handlers.app import create_app
-from pheby.accounts import Accounts
-from pheby.artifacts import ArtifactLimits, Artifacts
+from handlers.support.app import create_app
 from pheby.db import Database
 from pheby.errors import Conflict, NotFound
 from pheby.services import Services
 from pheby.settings import Settings
+from pheby.store.accounts import Accounts
+from pheby.store.artifacts import ArtifactLimits, Artifacts
 from tests.app_client import BASE
 from tests.test_auth import add_account
 

@@ -16,8 +16,8 @@ from litestar import Request
 from litestar.testing import AsyncTestClient
 from moto import mock_aws
 
-from handlers.app import create_app
-from handlers.uploads import utf8_header
+from handlers.support.app import create_app
+from handlers.support.uploads import utf8_header
 from pheby.errors import Unprocessable
 from pheby.services import Services
 from pheby.settings import Settings

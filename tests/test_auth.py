@@ -12,11 +12,11 @@ from litestar import Litestar, post
 from litestar.params import JSONBody
 from litestar.testing import AsyncTestClient
 
-from handlers import app as app_module
-from handlers.app import create_app
-from pheby.accounts import Accounts
+from handlers.support import app as app_module
+from handlers.support.app import create_app
 from pheby.db import Database
 from pheby.settings import Settings
+from pheby.store.accounts import Accounts
 from tests.app_client import BASE
 from tests.conftest import TEST_SECRET
 from tests.live_server import LiveServer

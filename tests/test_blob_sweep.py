@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from litestar.testing import AsyncTestClient
 
-from handlers.app import create_app
+from handlers.support.app import create_app
 from pheby.services import Services
 from pheby.settings import Settings
 from scheduler.blob_sweep import sweep_blobs

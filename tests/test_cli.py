@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from pheby.accounts import Accounts, HermesAccountSettings
 from pheby.cli import main
 from pheby.db import Database
+from pheby.store.accounts import Accounts, HermesAccountSettings
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -158,7 +158,7 @@ def test_data_dir_from_environment(
 
 def test_serve_refuses_more_than_one_worker(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "pheby.cli", "serve", "--workers", "2", "--data-dir", str(tmp_path)],
+        [sys.executable, "-m", "pheby_main", "serve", "--workers", "2", "--data-dir", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -172,7 +172,7 @@ def test_serve_refuses_more_than_one_worker(tmp_path: Path) -> None:
 
 def test_bad_setting_stops_with_one_line(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "pheby.cli", "serve", "--data-dir", str(tmp_path)],
+        [sys.executable, "-m", "pheby_main", "serve", "--data-dir", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=60,

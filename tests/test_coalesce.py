@@ -1,4 +1,4 @@
-"""`pheby.coalesce.DeltaCoalescer` without sockets: a fake clock drives its windows."""
+"""`pheby.protocol.coalesce.DeltaCoalescer` without sockets: a fake clock drives its windows."""
 
 import asyncio
 import heapq
@@ -8,8 +8,8 @@ from typing import Any, cast
 
 import pytest
 
-from pheby.coalesce import CoalescingHub, DeltaCoalescer
-from pheby.events import (
+from pheby.protocol.coalesce import CoalescingHub, DeltaCoalescer
+from pheby.protocol.frames import (
     ApprovalRequest,
     Event,
     MessageComplete,
@@ -17,7 +17,7 @@ from pheby.events import (
     RunFinished,
     ToolEvent,
 )
-from pheby.hub import Connection
+from pheby.protocol.hub import Connection
 
 WINDOW = 0.1
 

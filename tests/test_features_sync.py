@@ -9,10 +9,10 @@ import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from handlers.app import create_app
-from pheby.changes import ChangeKind, record
+from handlers.support.app import create_app
 from pheby.services import Services
 from pheby.settings import Settings
+from pheby.store.changes import ChangeKind, record
 from tests.app_client import BASE
 from tests.test_auth import add_account
 

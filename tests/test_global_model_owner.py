@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from demo_hermes import DemoHermesServer
-from pheby.accounts import HermesAccountSettings
 from pheby.settings import Settings
+from pheby.store.accounts import HermesAccountSettings
 from tests.live_server import LiveServer, hermes_settings
 from tests.test_ws_e2e import add_account
 from tests.ws_client import PhebyClient

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from pheby.accounts import Account, HermesAccountSettings
-from pheby.hermes_pool import HermesClients, connection_for
+from pheby.hermes.pool import HermesClients, connection_for
 from pheby.settings import Settings
+from pheby.store.accounts import Account, HermesAccountSettings
 
 SERVER_URL = "http://127.0.0.1:8642"
 

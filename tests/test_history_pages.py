@@ -1,5 +1,5 @@
 """`conversation.open` serves pages from the server's log of a conversation's history, reading the whole
-Hermes transcript only when Hermes has something the log lacks (`pheby.history_pages`).
+Hermes transcript only when Hermes has something the log lacks (`pheby.hermes.history_pages`).
 
 The server reaches a demo Hermes of the test's own through a TCP proxy (tests/tcp_proxy.py), which
 records every request: the transcript reads (`GET /api/sessions/{id}/messages`) are counted there.

@@ -1,6 +1,6 @@
 """`conversation.open` from the history log against a real hermes-agent 0.19.0: a turn added behind the server's
 back (`POST /api/sessions/{id}/chat`, straight to the gateway) still shows up, because the session's
-`GET /api/sessions/{id}` state (message count, tokens) changes with it (`pheby.history_pages`).
+`GET /api/sessions/{id}` state (message count, tokens) changes with it (`pheby.hermes.history_pages`).
 """
 
 from collections.abc import Callable

@@ -12,9 +12,9 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from pheby import lockout
 from pheby.errors import RateLimited
 from pheby.settings import Settings
+from pheby.store import lockout
 from tests.live_server import LiveServer
 from tests.test_auth import add_account
 

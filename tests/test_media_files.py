@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pheby.media_files import MediaRefused, open_media_file
+from pheby.files.media_files import MediaRefused, open_media_file
 
 SECRET = b"the owner's secret"
 PUBLIC = b"a public deliverable"

@@ -13,11 +13,10 @@ import httpx
 import pytest
 
 from demo_hermes import DemoHermesServer, parse_echo_reply
-from pheby.accounts import Account, Accounts, HermesAccountSettings
 from pheby.cli import main
 from pheby.db import Database
-from pheby.media_files import media_roots_for
 from pheby.settings import Settings
+from pheby.store.accounts import Account, Accounts, HermesAccountSettings, media_roots_for
 from tests.files import PNG_1PX
 from tests.live_server import LiveServer, hermes_settings
 from tests.ws_client import PhebyClient

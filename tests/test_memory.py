@@ -12,9 +12,9 @@ import httpx
 import pytest
 from litestar.testing import AsyncTestClient
 
-from handlers.app import create_app
-from pheby.accounts import HermesAccountSettings
+from handlers.support.app import create_app
 from pheby.settings import Settings
+from pheby.store.accounts import HermesAccountSettings
 from tests.app_client import BASE, Api
 from tests.live_server import LiveServer, free_port
 from tests.test_tasks import OWNER, add_account

@@ -21,14 +21,15 @@ from litestar.testing import AsyncTestClient
 import hermes_client as hc
 from demo_hermes import DemoHermesServer, EchoReply, parse_echo_reply
 from demo_hermes.newer import STEER_ANSWER_PREFIX
-from handlers.app import create_app
-from pheby import hermes_features
-from pheby.accounts import Account, Accounts, HermesAccountSettings
-from pheby.hermes_features import NO_RUN_OPTIONS, FeaturePaths, HermesFeatures, RunOptions
-from pheby.hermes_pool import HermesClients
-from pheby.plugin_link import PluginExtras, PluginLink, SessionSettings
+from handlers.support.app import create_app
+from pheby.hermes import features as hermes_features
+from pheby.hermes.features import NO_RUN_OPTIONS, FeaturePaths, HermesFeatures, RunOptions
+from pheby.hermes.pool import HermesClients
+from pheby.plugin.extras import PluginExtras
+from pheby.plugin.link import PluginLink, SessionSettings
 from pheby.services import open_services
 from pheby.settings import Settings
+from pheby.store.accounts import Account, Accounts, HermesAccountSettings
 from tests.conftest import TEST_SECRET
 from tests.live_server import LiveServer, hermes_settings
 from tests.ws_client import PhebyClient

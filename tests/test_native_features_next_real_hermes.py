@@ -14,7 +14,7 @@ import anyio
 import httpx
 import pytest
 
-from pheby.hermes_features import NO_RUN_OPTIONS, RunOptions
+from pheby.hermes.features import NO_RUN_OPTIONS, RunOptions
 from pheby.services import open_services
 from pheby.settings import Settings
 from tests.conftest import TEST_SECRET

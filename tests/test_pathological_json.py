@@ -8,8 +8,8 @@ import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from handlers.app import create_app
-from pheby.plugin_events import SECRET_HEADER
+from handlers.support.app import create_app
+from pheby.plugin.pushes import SECRET_HEADER
 from pheby.settings import Settings
 from tests.app_client import BASE
 from tests.conftest import TEST_SECRET

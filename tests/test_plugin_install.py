@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from pheby.cli import main
-from pheby.plugin_install import HERMES_SECRET_FILE, PLUGIN_SOURCE, SERVER_SECRET_FILE, configure, read_server_secret
+from pheby.plugin.install import HERMES_SECRET_FILE, PLUGIN_SOURCE, SERVER_SECRET_FILE, configure, read_server_secret
 
 EXISTING: dict[str, Any] = {
     "model": {"default": "fake-model", "provider": "custom", "base_url": "http://127.0.0.1:1/v1"},

@@ -24,7 +24,7 @@ from websockets.asyncio.client import connect
 
 from hermes_client import HermesClient
 from pheby.cli import main as pheby_main
-from pheby.plugin_install import read_server_secret
+from pheby.plugin.install import read_server_secret
 from pheby.redact import REDACTED
 from pheby.settings import Settings, load_settings
 from tests import test_ws_real_hermes as earlier

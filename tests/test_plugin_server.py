@@ -13,14 +13,15 @@ from litestar.testing import AsyncTestClient
 
 import hermes_client as hc
 from demo_hermes import DemoHermesServer
-from handlers.app import create_app
-from pheby.accounts import HermesAccountSettings
-from pheby.conversation_settings import ConversationSettings
-from pheby.plugin_link import PluginExtras, PluginLink, SessionSettings
+from handlers.support.app import create_app
+from pheby.plugin.conversation_settings import ConversationSettings
+from pheby.plugin.extras import PluginExtras
+from pheby.plugin.link import PluginLink, SessionSettings
 from pheby.runs.plugin_inputs import PluginToolEnded, PluginToolStarted
+from pheby.runs.tool_merge import ToolMerge
 from pheby.runs.translate import ToolBegan, ToolEnded, began_from_stream, ended_from_stream
 from pheby.settings import Settings
-from pheby.tool_merge import ToolMerge
+from pheby.store.accounts import HermesAccountSettings
 from tests.conftest import TEST_SECRET
 from tests.live_server import LiveServer
 from tests.test_ws_e2e import add_account

@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from handlers.app import ROUTES
-from handlers.ws.registry import HANDLERS
+from handlers.support.app import ROUTES
+from handlers.ws.support.registry import HANDLERS
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
 
@@ -19,3 +19,12 @@ def test_the_two_commands_come_first() -> None:
     quick_start = README.split("## Quick start", 1)[1].split("##", 1)[0]
     commands = [line.split("#")[0].strip() for line in quick_start.splitlines() if line.startswith("make ")]
     assert commands == ["make run", "make test"]
+
+
+def test_every_package_of_pheby_has_a_layout_row() -> None:
+    layout = README.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    rows = {line.split("|")[1].strip() for line in layout.splitlines() if line.startswith("| `")}
+    root = Path(__file__).resolve().parent.parent
+    packages = {f"`{init.parent.relative_to(root).as_posix()}/`" for init in (root / "pheby").rglob("__init__.py")}
+    assert packages - rows == set()
+    assert "the run engine" in layout

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from litestar.testing import AsyncTestClient
 
-from handlers.app import create_app
+from handlers.support.app import create_app
 from pheby.settings import load_settings
 from tests.test_auth import add_account
 

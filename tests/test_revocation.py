@@ -16,10 +16,10 @@ import httpx
 import pytest
 
 from demo_hermes import DemoHermesServer
-from pheby.accounts import Accounts, CredentialState
 from pheby.db import Database
 from pheby.revocation import ACCOUNT_DISABLED, ACCOUNT_REVOKED, newly_ended
 from pheby.settings import Settings
+from pheby.store.accounts import Accounts, CredentialState
 from tests.live_server import LiveServer
 from tests.ws_client import PhebyClient
 
@@ -54,7 +54,7 @@ async def pheby_cli(server: LiveServer, *args: str) -> Any:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "pheby.cli",
+        "pheby_main",
         "--data-dir",
         str(server.settings.data_dir),
         "account",

@@ -9,7 +9,7 @@ import pytest
 from msgspec import UNSET
 
 import hermes_client as hc
-from pheby import events as ev
+from pheby.protocol import frames as ev
 from pheby.runs import translate as tr
 from pheby.runs.decisions import Answer, Decision, Decisions
 from pheby.runs.phase import ALLOWED, RunPhase

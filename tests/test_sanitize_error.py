@@ -4,9 +4,9 @@ import pytest
 
 import hermes_client as hc
 from pheby.errors import PhebyError
-from pheby.models import _call as models_call
+from pheby.hermes.model_choice import _call as models_call
+from pheby.hermes.tasks import _hermes_errors
 from pheby.redact import ERROR_TEXT_MAX, sanitize_error
-from pheby.tasks import _hermes_errors
 
 HOSTILE = [
     ("Connection to https://api.openai.com/v1/chat/completions failed", ["https", "api.openai.com", "/v1"]),

@@ -28,6 +28,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from demo_hermes import DemoHermesServer
+from handlers.support.app import create_app
 from pheby.server import WS_MAX_SIZE, JsonFormatter, build_uvicorn_config
 from pheby.settings import Settings
 from pheby.startup_checks import StartupRefused, check_data_dir, run_startup_checks
@@ -99,7 +100,7 @@ async def served(tmp_path: Path, moto_endpoint: str, demo_hermes: DemoHermesServ
         }
     )
     log_path = tmp_path / "serve.log"
-    command = [sys.executable, "-m", "pheby.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
+    command = [sys.executable, "-m", "pheby_main", "serve", "--host", "127.0.0.1", "--port", str(port)]
     command += ["--data-dir", str(tmp_path / "data"), "--log-format", "json"]
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT)
@@ -268,7 +269,7 @@ async def test_unreachable_s3_endpoint_is_refused(make_settings: Callable[..., S
 def test_serve_without_hermes_url_refuses_with_one_line(tmp_path: Path) -> None:
     env = {key: value for key, value in os.environ.items() if not key.startswith(("PHEBY_", "HERMES_"))}
     result = subprocess.run(
-        [sys.executable, "-m", "pheby.cli", "serve", "--data-dir", str(tmp_path / "data")],
+        [sys.executable, "-m", "pheby_main", "serve", "--data-dir", str(tmp_path / "data")],
         capture_output=True,
         text=True,
         timeout=60,
@@ -282,7 +283,8 @@ def test_serve_without_hermes_url_refuses_with_one_line(tmp_path: Path) -> None:
 
 
 def test_uvicorn_settings_of_pheby_serve(make_settings: Callable[..., Settings]) -> None:
-    config = build_uvicorn_config(make_settings(hermes_url="http://127.0.0.1:1"))
+    settings = make_settings(hermes_url="http://127.0.0.1:1")
+    config = build_uvicorn_config(settings, create_app(settings))
     assert config.workers == 1
     assert config.ws_max_size == WS_MAX_SIZE == 4 * MiB  # room above the protocol's 2 MiB for `too_large`
     assert config.ws_ping_interval == 30

@@ -10,11 +10,11 @@ import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-import pheby.capabilities
+import pheby.hermes.capabilities
 from demo_hermes import DemoHermesServer
-from handlers.app import create_app
+from handlers.support.app import create_app
 from hermes_client import HermesClient
-from pheby.capabilities import (
+from pheby.hermes.capabilities import (
     home_is_readable,
     jobs_api_answers,
     local_capabilities,
@@ -164,7 +164,7 @@ async def test_a_jobs_api_that_answers_is_tasks() -> None:
 
 
 async def test_a_slow_hermes_is_no_capability(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pheby.capabilities, "PROBE_TIMEOUT_SECONDS", 0.05)
+    monkeypatch.setattr(pheby.hermes.capabilities, "PROBE_TIMEOUT_SECONDS", 0.05)
 
     async def stall(_: httpx.Request) -> httpx.Response:
         await asyncio.sleep(5)

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from demo_hermes.long_stream import LONG_STREAM_DELTAS, long_stream_parts, part_marker
-from pheby import ws_compression
-from pheby.media_tags import visible_draft
+from pheby.files.media_tags import visible_draft
+from pheby.protocol import ws_compression
+from pheby.protocol.ws_compression import CompressedWebSocketProtocol, ReleasablePerMessageDeflate
 from pheby.settings import Settings
-from pheby.ws_compression import CompressedWebSocketProtocol, ReleasablePerMessageDeflate
 from tests.live_server import LiveServer
 from tests.ws_client import Frame, PhebyClient
 

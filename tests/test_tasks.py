@@ -15,12 +15,12 @@ import httpx
 import pytest
 
 from demo_hermes import DemoHermesServer
-from handlers.app import create_app
+from handlers.support.app import create_app
 from hermes_client import HermesClient, HermesNotFound, JobRepeat
-from pheby.accounts import Accounts, HermesAccountSettings
 from pheby.db import Database
 from pheby.services import Services
 from pheby.settings import Settings
+from pheby.store.accounts import Accounts, HermesAccountSettings
 from tests.app_client import BASE, Api
 from tests.conftest import TEST_SECRET
 from tests.demo_hermes_server import client_for
@@ -211,7 +211,7 @@ async def scripted_hermes(
 ) -> AsyncIterator[Callable[[Handler], list[httpx.Request]]]:
     """Swap every account's Hermes client for one answered by `handler`; returns the requests it saw.
 
-    The server's reads of what the gateway offers (`pheby.hermes_features`: GET /health and
+    The server's reads of what the gateway offers (`pheby.hermes.features`: GET /health and
     /v1/capabilities, in the background or before a first request) are answered as a 0.19.0 gateway
     would and not recorded: the tests count what the task routes ask of Hermes."""
     clients: list[HermesClient] = []

@@ -8,7 +8,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, expect
 
-from pheby.events import MessageComplete
+from pheby.protocol.frames import MessageComplete
 from pheby.settings import Settings
 from tests.browser import WebPage, drop_all_sockets, on_server_loop, open_page
 from tests.live_server import LiveServer

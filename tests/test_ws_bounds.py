@@ -1,6 +1,6 @@
 """Connection bounds: the send queue in bytes, sockets per account, sockets in all.
 
-The caps and the queue are tested on `pheby.hub` directly (fake senders, no sockets), then once
+The caps and the queue are tested on `pheby.protocol.hub` directly (fake senders, no sockets), then once
 each through a live server.
 """
 
@@ -14,7 +14,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from pheby.errors import RateLimited
-from pheby.hub import CLOSE_TRY_AGAIN_LATER, MAX_CONNECTIONS_PER_ACCOUNT, Connection, Hub
+from pheby.protocol.hub import CLOSE_TRY_AGAIN_LATER, MAX_CONNECTIONS_PER_ACCOUNT, Connection, Hub
 from pheby.settings import Settings
 from tests.live_server import LiveServer
 from tests.ws_client import PhebyClient

@@ -1,9 +1,9 @@
-"""`pheby.ws_compression` without sockets: what the server's permessage-deflate sends, a client's decoder reads."""
+"""`pheby.protocol.ws_compression` without sockets: what the server sends, what a client's decoder reads."""
 
 from websockets.extensions.permessage_deflate import PerMessageDeflate
 from websockets.frames import Frame, Opcode
 
-from pheby.ws_compression import MIN_COMPRESSED_BYTES, SERVER_MAX_WINDOW_BITS, ReleasablePerMessageDeflate
+from pheby.protocol.ws_compression import MIN_COMPRESSED_BYTES, SERVER_MAX_WINDOW_BITS, ReleasablePerMessageDeflate
 
 
 def pair() -> tuple[ReleasablePerMessageDeflate, PerMessageDeflate]:

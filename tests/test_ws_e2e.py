@@ -20,11 +20,11 @@ from websockets.exceptions import ConnectionClosed
 
 from demo_hermes import DemoHermesServer
 from hermes_client import HermesNotFound
-from pheby.accounts import Accounts, HermesAccountSettings
 from pheby.db import Database
 from pheby.errors import NotFound
 from pheby.server import WS_MAX_SIZE
 from pheby.settings import Settings
+from pheby.store.accounts import Accounts, HermesAccountSettings
 from tests.live_server import LiveServer, hermes_settings
 from tests.ws_client import Frame, PhebyClient
 
@@ -585,7 +585,7 @@ async def test_streamed_run_follows_the_state_machine(owner: PhebyClient) -> Non
     assert kinds[-2:] == ["message.complete", "run.finished"]
     assert set(kinds[2:-2]) == {"message.delta"}
     deltas = of_types(frames, "message.delta")
-    assert len(deltas) >= 2  # coalesced (pheby/coalesce.py): the first text at once, the newest before message.complete
+    assert len(deltas) >= 2  # coalesced (pheby/protocol/coalesce.py): first text at once, newest before the end
     for before, after in itertools.pairwise(deltas):
         assert after["text"].startswith(before["text"])  # cumulative
     complete = of_types(frames, "message.complete")[0]

@@ -10,16 +10,16 @@ import pytest
 
 import hermes_client as hc
 from handlers.ws import run_cancel
-from handlers.ws.context import WsContext
-from handlers.ws.registry import DECODER
-from pheby.accounts import Account
+from handlers.ws.support.context import WsContext
+from handlers.ws.support.registry import DECODER
 from pheby.errors import NotFound, PhebyError, UpstreamFailure
-from pheby.events import HistoryMessage, Pong
-from pheby.history import display_messages, history_messages, page, turn_message_ids
-from pheby.hub import CLOSE_TRY_AGAIN_LATER, Connection, Hub
-from pheby.media_tags import media_paths, strip_media, visible_draft
+from pheby.files.media_tags import media_paths, strip_media, visible_draft
+from pheby.hermes.history import display_messages, history_messages, page, turn_message_ids
+from pheby.protocol.frames import HistoryMessage, Pong
+from pheby.protocol.hub import CLOSE_TRY_AGAIN_LATER, Connection, Hub
 from pheby.redact import REDACTED, redact
 from pheby.services import Services
+from pheby.store.accounts import Account
 
 
 def test_redaction_is_recursive_and_case_insensitive() -> None:

@@ -2,8 +2,8 @@
 
 from typing import Literal
 
-from handlers.ws.context import WsContext, rid
-from handlers.ws.messages import ClientMessage
+from handlers.ws.support.context import WsContext, rid
+from handlers.ws.support.messages import ClientMessage
 
 
 class ApprovalRespond(ClientMessage, frozen=True, tag="approval.respond"):

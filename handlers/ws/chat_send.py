@@ -9,8 +9,8 @@ from typing import Annotated
 
 import msgspec
 
-from handlers.ws.context import WsContext, rid
-from handlers.ws.messages import ClientMessage
+from handlers.ws.support.context import WsContext, rid
+from handlers.ws.support.messages import ClientMessage
 from pheby.errors import BadRequest, ProtocolTooLarge
 
 CHAT_TEXT_MAX = 64_000

@@ -1,7 +1,7 @@
 """`clarify.respond` → one `clarify.resolved` broadcast carrying the responder's request_id."""
 
-from handlers.ws.context import WsContext, rid
-from handlers.ws.messages import ClientMessage
+from handlers.ws.support.context import WsContext, rid
+from handlers.ws.support.messages import ClientMessage
 
 
 class ClarifyRespond(ClientMessage, frozen=True, tag="clarify.respond"):

@@ -1,8 +1,8 @@
 """`conversation.create` → `conversation.created`, plus a `conversation.updated` broadcast."""
 
-from handlers.ws.context import WsContext, rid
-from handlers.ws.messages import ClientMessage
-from pheby.events import ConversationCreated, ConversationUpdated
+from handlers.ws.support.context import WsContext, rid
+from handlers.ws.support.messages import ClientMessage
+from pheby.protocol.frames import ConversationCreated, ConversationUpdated
 
 
 class ConversationCreate(ClientMessage, frozen=True, tag="conversation.create"):

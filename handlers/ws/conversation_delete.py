@@ -8,10 +8,10 @@ slot is reserved but not yet started) must not keep the conversation from being 
 import logging
 
 import hermes_client as hc
-from handlers.ws.context import WsContext, rid
-from handlers.ws.messages import ClientMessage
-from pheby.errors import Unavailable
-from pheby.events import ConversationDeleted
+from handlers.ws.support.context import WsContext, rid
+from handlers.ws.support.messages import ClientMessage
+from pheby.hermes.failures import hermes_failure
+from pheby.protocol.frames import ConversationDeleted
 from pheby.services import Services
 
 log = logging.getLogger("pheby.ws")
@@ -34,8 +34,10 @@ async def handle(ctx: WsContext, msg: ConversationDelete) -> None:
                 await client.delete_session(session_id)
             except hc.HermesNotFound:
                 pass
-            except hc.HermesUnavailable:
-                raise Unavailable("Hermes is unavailable; the conversation was not deleted") from None
+            except hc.HermesUnavailable as exc:
+                raise hermes_failure(
+                    exc, unavailable="Hermes is unavailable; the conversation was not deleted"
+                ) from None
         await services.conversations.delete(ctx.account.id, conversation.id)
     ctx.reply(ConversationDeleted(conversation_id=conversation.id, request_id=rid(msg.request_id)))
     ctx.broadcast(ConversationDeleted(conversation_id=conversation.id))  # the account's other clients, as a rename

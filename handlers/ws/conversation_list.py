@@ -1,8 +1,8 @@
 """`conversation.list` → `conversation.snapshot`."""
 
-from handlers.ws.context import WsContext, rid
-from handlers.ws.messages import ClientMessage
-from pheby.events import ConversationSnapshot, ConversationSummary, iso_utc
+from handlers.ws.support.context import WsContext, rid
+from handlers.ws.support.messages import ClientMessage
+from pheby.protocol.frames import ConversationSnapshot, ConversationSummary, iso_utc
 
 
 class ConversationList(ClientMessage, frozen=True, tag="conversation.list"):

@@ -9,10 +9,10 @@ snapshot must hold everything broadcast before it and nothing that is broadcast 
   merges into it every finished turn the read may have missed (`runs.with_finished_turns`) in that
   same step, so a turn whose `run.finished` went out before the reply is in it, whatever the
   interleaving; the history is a window around the page from the server's log when Hermes has
-  nothing the log lacks, else the whole transcript (`pheby.history_pages`);
+  nothing the log lacks, else the whole transcript (`pheby.hermes.history_pages`);
 - attachments are the last read: the database runs one statement at a time, so an attachment
   committed after that read is announced after the reply is queued;
-- a `message.delta` still held back by the coalescing (pheby/coalesce.py) carries the newest
+- a `message.delta` still held back by the coalescing (pheby/protocol/coalesce.py) carries the newest
   text broadcast, which is the run's draft the snapshot shows: sent after the snapshot, it
   repeats the snapshot's text, never an older one.
 """
@@ -22,12 +22,12 @@ from typing import Annotated
 import msgspec
 
 import hermes_client as hc
-from handlers.ws.context import WsContext, rid
-from handlers.ws.messages import ClientMessage
-from pheby.attachments import pheby_descriptor
+from handlers.ws.support.context import WsContext, rid
+from handlers.ws.support.messages import ClientMessage
 from pheby.errors import Unavailable
-from pheby.events import ConversationHistory
-from pheby.history import HISTORY_LIMIT_DEFAULT, HISTORY_LIMIT_MAX, page
+from pheby.hermes.history import HISTORY_LIMIT_DEFAULT, HISTORY_LIMIT_MAX, page
+from pheby.protocol.frames import ConversationHistory
+from pheby.store.attachments import pheby_descriptor
 
 
 class ConversationOpen(ClientMessage, frozen=True, tag="conversation.open"):

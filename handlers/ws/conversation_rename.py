@@ -1,8 +1,8 @@
 """`conversation.rename` → `conversation.renamed` reply, plus the same event broadcast."""
 
-from handlers.ws.context import WsContext, rid
-from handlers.ws.messages import ClientMessage
-from pheby.events import ConversationRenamed
+from handlers.ws.support.context import WsContext, rid
+from handlers.ws.support.messages import ClientMessage
+from pheby.protocol.frames import ConversationRenamed
 
 
 class ConversationRename(ClientMessage, frozen=True, tag="conversation.rename"):

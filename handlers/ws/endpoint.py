@@ -14,13 +14,13 @@ from typing import Any
 from litestar import WebSocket, websocket
 from litestar.di import NamedDependency
 
-from handlers.ws.context import WsContext, error_for, rid
-from handlers.ws.frames import FrameError, decode, receive_frame
-from handlers.ws.handshake import CLOSE_POLICY_VIOLATION, handshake
-from handlers.ws.registry import dispatch
+from handlers.ws.support.context import WsContext, error_for, rid
+from handlers.ws.support.frames import FrameError, decode, receive_frame
+from handlers.ws.support.handshake import CLOSE_POLICY_VIOLATION, handshake
+from handlers.ws.support.registry import dispatch
 from pheby.errors import RateLimited
-from pheby.events import Event, Ready, encode_event, error_event
-from pheby.hub import CLOSE_TRY_AGAIN_LATER, Connection
+from pheby.protocol.frames import Event, Ready, encode_event, error_event
+from pheby.protocol.hub import CLOSE_TRY_AGAIN_LATER, Connection
 from pheby.services import Services
 
 log = logging.getLogger("pheby.ws")

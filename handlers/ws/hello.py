@@ -7,8 +7,8 @@ come with a new `protocol_version`, which the handshake checks first, so a later
 
 import msgspec
 
-from handlers.ws.context import WsContext
-from handlers.ws.messages import ClientMessage
+from handlers.ws.support.context import WsContext
+from handlers.ws.support.messages import ClientMessage
 from pheby.errors import BadRequest
 
 

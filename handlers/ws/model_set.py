@@ -1,15 +1,15 @@
 """`model.set` → `model.changed` reply and broadcast: global, or for one conversation (companion plugin).
 
-A global change is for the account's own Hermes only (the owner's rule is in `pheby.models`).
+A global change is for the account's own Hermes only (the owner's rule is in `pheby.hermes.model_choice`).
 """
 
 from typing import Annotated
 
 import msgspec
 
-from handlers.ws.context import WsContext, rid
-from handlers.ws.messages import ClientMessage
-from pheby.events import ModelChanged
+from handlers.ws.support.context import WsContext, rid
+from handlers.ws.support.messages import ClientMessage
+from pheby.protocol.frames import ModelChanged
 
 # A model or provider name: one line of printable text, of a length Hermes's config can hold.
 # \A...\Z, not ^...$: msgspec searches the pattern, and $ also matches before a final newline.

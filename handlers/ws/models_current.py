@@ -2,9 +2,9 @@
 
 from msgspec import UNSET
 
-from handlers.ws.context import WsContext, rid
-from handlers.ws.messages import ClientMessage
-from pheby.events import ModelCurrent
+from handlers.ws.support.context import WsContext, rid
+from handlers.ws.support.messages import ClientMessage
+from pheby.protocol.frames import ModelCurrent
 
 
 class ModelsCurrent(ClientMessage, frozen=True, tag="models.current"):

@@ -7,11 +7,11 @@ gateway-dependent feature takes (native, plugin or declined), as in `/api/capabi
 
 from msgspec import UNSET
 
-from handlers.ws.context import WsContext, rid
-from handlers.ws.messages import ClientMessage
-from pheby.conversation_settings import ModelView
-from pheby.events import ModelsSnapshot
-from pheby.models import MODEL_EFFORTS
+from handlers.ws.support.context import WsContext, rid
+from handlers.ws.support.messages import ClientMessage
+from pheby.hermes.model_choice import MODEL_EFFORTS
+from pheby.plugin.conversation_settings import ModelView
+from pheby.protocol.frames import ModelsSnapshot
 
 
 class ModelsList(ClientMessage, frozen=True, tag="models.list"):

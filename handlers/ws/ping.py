@@ -1,8 +1,8 @@
 """`ping` → `pong` (client-side liveness; protocol pings come from uvicorn)."""
 
-from handlers.ws.context import WsContext, rid
-from handlers.ws.messages import ClientMessage
-from pheby.events import Pong
+from handlers.ws.support.context import WsContext, rid
+from handlers.ws.support.messages import ClientMessage
+from pheby.protocol.frames import Pong
 
 
 class Ping(ClientMessage, frozen=True, tag="ping"):

@@ -5,10 +5,10 @@
 
 from msgspec import UNSET
 
-from handlers.ws.context import WsContext, rid
-from handlers.ws.messages import ClientMessage
-from pheby.events import ReasoningSnapshot
-from pheby.models import REASONING_EFFORTS
+from handlers.ws.support.context import WsContext, rid
+from handlers.ws.support.messages import ClientMessage
+from pheby.hermes.model_choice import REASONING_EFFORTS
+from pheby.protocol.frames import ReasoningSnapshot
 
 
 class ReasoningCurrent(ClientMessage, frozen=True, tag="reasoning.current"):

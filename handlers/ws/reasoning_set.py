@@ -1,15 +1,15 @@
 """`reasoning.set` → `reasoning.changed` reply and broadcast: global, or for one conversation (companion plugin).
 
-A global change is for the account's own Hermes only (the owner's rule is in `pheby.models`).
+A global change is for the account's own Hermes only (the owner's rule is in `pheby.hermes.model_choice`).
 
 An invalid effort is `bad_request`.
 """
 
 import msgspec
 
-from handlers.ws.context import WsContext, rid
-from handlers.ws.messages import ClientMessage
-from pheby.events import ReasoningChanged
+from handlers.ws.support.context import WsContext, rid
+from handlers.ws.support.messages import ClientMessage
+from pheby.protocol.frames import ReasoningChanged
 
 
 class ReasoningSet(ClientMessage, frozen=True, tag="reasoning.set"):

@@ -8,8 +8,8 @@ Hermes can no longer interrupt the run).
 
 import asyncio
 
-from handlers.ws.context import WsContext, error_for, rid
-from handlers.ws.messages import ClientMessage
+from handlers.ws.support.context import WsContext, error_for, rid
+from handlers.ws.support.messages import ClientMessage
 from pheby.errors import NotFound
 
 

@@ -10,18 +10,16 @@ import msgspec
 
 import hermes_client as hc
 from handlers.ws.chat_send import CHAT_TEXT_MAX
-from handlers.ws.context import WsContext, rid
-from handlers.ws.messages import ClientMessage
+from handlers.ws.support.context import WsContext, rid
+from handlers.ws.support.messages import ClientMessage
 from pheby.errors import (
     BadRequest,
-    Conflict,
     NotFound,
     NotImplementedByUpstream,
     ProtocolTooLarge,
-    Unavailable,
-    UpstreamFailure,
 )
-from pheby.events import RunSteered
+from pheby.hermes.failures import hermes_failure
+from pheby.protocol.frames import RunSteered
 
 NO_STEER = "Steering a running agent needs a Hermes that offers it (`run_steer`); the connected one does not"
 
@@ -47,16 +45,15 @@ async def handle(ctx: WsContext, msg: RunSteer) -> None:
         raise NotFound("The run has not started yet")
     try:
         result = await ctx.services.hermes.for_account(ctx.account).steer_run(hermes_run_id, msg.text)
-    except hc.HermesNotFound:
-        raise NotFound("The run can no longer be steered") from None
-    except hc.HermesRejected as exc:
-        if exc.status == 409:  # not running now (e.g. waiting for an approval, or ending)
-            raise Conflict("The run is not taking guidance right now") from None
-        raise BadRequest(f"Hermes refused the guidance: {exc}") from None
-    except hc.HermesUnavailable:
-        raise Unavailable("Hermes is unavailable right now; try again") from None
-    except hc.HermesError:
-        raise UpstreamFailure("Hermes answered the steer with an error") from None
+    except hc.HermesError as exc:
+        raise hermes_failure(
+            exc,
+            not_found="The run can no longer be steered",
+            conflict="The run is not taking guidance right now",  # e.g. waiting for an approval, or ending
+            refused="Hermes refused the guidance: {text}",
+            unavailable="Hermes is unavailable right now; try again",
+            failed="Hermes answered the steer with an error",
+        ) from None
     steered = RunSteered(conversation_id=msg.conversation_id, run_id=msg.run_id, accepted=result.accepted)
     ctx.reply(msgspec.structs.replace(steered, request_id=rid(msg.request_id)))
     ctx.broadcast(steered)

@@ -1,8 +1,8 @@
 """`yolo.current` → `yolo.snapshot` (auto-approve is always conversation-scoped)."""
 
-from handlers.ws.context import WsContext, rid
-from handlers.ws.messages import ClientMessage
-from pheby.events import YoloSnapshot
+from handlers.ws.support.context import WsContext, rid
+from handlers.ws.support.messages import ClientMessage
+from pheby.protocol.frames import YoloSnapshot
 
 
 class YoloCurrent(ClientMessage, frozen=True, tag="yolo.current"):

@@ -4,9 +4,9 @@ The flag is kept in SQLite across restarts; with the companion plugin live it al
 Hermes's own session YOLO for the conversation's runs (Hermes's hard limits still apply).
 """
 
-from handlers.ws.context import WsContext, rid
-from handlers.ws.messages import ClientMessage
-from pheby.events import YoloChanged
+from handlers.ws.support.context import WsContext, rid
+from handlers.ws.support.messages import ClientMessage
+from pheby.protocol.frames import YoloChanged
 
 
 class YoloSet(ClientMessage, frozen=True, tag="yolo.set"):

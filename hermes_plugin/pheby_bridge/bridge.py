@@ -43,11 +43,11 @@ class Bridge:
         self.outbox = Outbox(config.service_url, config.secret, config.max_media_bytes)
         self.boot_id = uuid.uuid4().hex
         self._lock = threading.Lock()
-        self._wanted: frozenset = frozenset()
+        self._wanted: frozenset[str] = frozenset()
         self._clarify_timeout = DEFAULT_CLARIFY_TIMEOUT_S
-        self._sessions: OrderedDict[str, dict] = OrderedDict()
-        self._pending: dict = {}
-        self.yolo_runs: set = set()
+        self._sessions: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._pending: dict[str, Any] = {}
+        self.yolo_runs: set[str] = set()
 
     # --- what the server wants --------------------------------------------------------
 
@@ -64,7 +64,7 @@ class Bridge:
         if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and 0 < timeout <= 86400:
             self._clarify_timeout = float(timeout)
 
-    def hello_body(self) -> dict:
+    def hello_body(self) -> dict[str, Any]:
         return {
             "plugin": "pheby_bridge",
             "version": VERSION,
@@ -84,13 +84,13 @@ class Bridge:
 
     # --- per-session settings ---------------------------------------------------------
 
-    def session(self, session_id: str) -> dict | None:
+    def session(self, session_id: str) -> dict[str, Any] | None:
         if not session_id:
             return None
         with self._lock:
             return self._sessions.get(session_id)
 
-    def _set_session(self, session_id: str, values: dict) -> None:
+    def _set_session(self, session_id: str, values: dict[str, Any]) -> None:
         with self._lock:
             self._sessions[session_id] = values
             self._sessions.move_to_end(session_id)
@@ -105,7 +105,7 @@ class Bridge:
             return False
         return hmac.compare_digest(value.strip().encode(), self.config.secret.encode())
 
-    def handle(self, payload: dict) -> dict:
+    def handle(self, payload: dict[str, Any]) -> dict[str, Any]:
         kind = payload.get("type")
         if kind == "hello":
             self._apply_server_view(payload)
@@ -129,7 +129,9 @@ class Bridge:
 
     # --- clarify ----------------------------------------------------------------------
 
-    def ask_clarify(self, run_id: str, session_id: str, tool_call_id: str, question: str, choices: list | None) -> str:
+    def ask_clarify(
+        self, run_id: str, session_id: str, tool_call_id: str, question: str, choices: list[Any] | None
+    ) -> str:
         """Ask the server's clients and wait (on the agent thread) for the answer; raise if none comes."""
         from tools.interrupt import is_interrupted
 

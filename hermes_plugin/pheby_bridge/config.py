@@ -21,7 +21,7 @@ from typing import Any
 logger = logging.getLogger("pheby_bridge")
 
 PLATFORM = "pheby_bridge"
-DEFAULT_SECRET_FILE = "pheby_bridge.secret"
+DEFAULT_SECRET_FILE = "pheby_bridge.secret"  # noqa: S105 - a file name, not a secret
 MIN_SECRET_LENGTH = 16
 
 
@@ -41,7 +41,7 @@ def hermes_home() -> Path:
         return Path(os.environ.get("HERMES_HOME") or Path.home() / ".hermes")
 
 
-def _platform_extra(home: Path) -> dict:
+def _platform_extra(home: Path) -> dict[str, Any]:
     try:
         import yaml
 
@@ -55,7 +55,7 @@ def _platform_extra(home: Path) -> dict:
     return extra if isinstance(extra, dict) else {}
 
 
-def load_config(extra: dict | None = None) -> BridgeConfig | None:
+def load_config(extra: dict[str, Any] | None = None) -> BridgeConfig | None:
     """The bridge configuration from `extra` (default: config.yaml), or None when it is incomplete."""
     home = hermes_home()
     values: dict[str, Any] = extra if extra is not None else _platform_extra(home)

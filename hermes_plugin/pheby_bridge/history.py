@@ -17,7 +17,7 @@ CACHE_TURNS = 64
 _KEEP_TOOL_CALL_KEYS = ("id", "type", "function")
 
 _lock = threading.Lock()
-_cache: "OrderedDict[tuple, list]" = OrderedDict()
+_cache: "OrderedDict[tuple[Any, ...], list[Any]]" = OrderedDict()
 _db: Any = None
 
 
@@ -34,7 +34,7 @@ def _norm(text: Any) -> str:
     return " ".join(text.split()) if isinstance(text, str) else ""
 
 
-def _clean(message: dict) -> dict | None:
+def _clean(message: dict[str, Any]) -> dict[str, Any] | None:
     """Only what a chat-completions provider accepts; Hermes's internal keys are dropped."""
     role = message.get("role")
     content = message.get("content")
@@ -46,7 +46,7 @@ def _clean(message: dict) -> dict | None:
     if role == "user":
         return {"role": "user", "content": content if content is not None else ""}
     if role == "assistant":
-        cleaned: dict = {"role": "assistant", "content": content if isinstance(content, str) else ""}
+        cleaned: dict[str, Any] = {"role": "assistant", "content": content if isinstance(content, str) else ""}
         calls = message.get("tool_calls")
         if isinstance(calls, list) and calls:
             cleaned["tool_calls"] = [
@@ -58,7 +58,7 @@ def _clean(message: dict) -> dict | None:
     return None
 
 
-def stored_turns(session_id: str, current_user_text: str) -> list:
+def stored_turns(session_id: str, current_user_text: str) -> list[dict[str, Any]]:
     """The session's messages before the current turn (which may already be stored), cleaned."""
     rows = _session_db().get_messages_as_conversation(session_id, include_ancestors=True, repair_alternation=True)
     current = _norm(current_user_text)
@@ -76,7 +76,7 @@ def stored_turns(session_id: str, current_user_text: str) -> list:
     return [m for m in cleaned if m["role"] != "tool" or m["tool_call_id"] in called]
 
 
-def splice(request: dict, session_id: str, turn_id: str) -> dict | None:
+def splice(request: dict[str, Any], session_id: str, turn_id: str) -> dict[str, Any] | None:
     """`request` with the stored turns inserted after the system prompt, or None to leave it alone."""
     messages = request.get("messages")
     if not isinstance(messages, list) or not messages:

@@ -13,7 +13,7 @@ from .hooks import api_run_id
 logger = logging.getLogger("pheby_bridge")
 
 
-def apply_effort(request: dict, effort: str) -> None:
+def apply_effort(request: dict[str, Any], effort: str) -> None:
     """Rewrite the effort where this provider carries it (top-level for chat completions, else extra_body)."""
     extra = request.get("extra_body")
     nested = isinstance(extra, dict) and isinstance(extra.get("reasoning"), dict)
@@ -34,13 +34,13 @@ def apply_effort(request: dict, effort: str) -> None:
 def register_middleware(ctx: Any, bridge: Bridge) -> None:
     def llm_request(
         request: Any = None, session_id: str = "", platform: str = "", api_mode: str = "", turn_id: str = "", **_: Any
-    ) -> dict | None:
+    ) -> dict[str, Any] | None:
         if platform != "api_server" or not isinstance(request, dict) or not api_run_id():
             return None
         settings = bridge.session(session_id)
         if not settings:
             return None
-        changed: dict = dict(request)
+        changed: dict[str, Any] = dict(request)
         reasons = []
         if bridge.wants("model") and settings.get("model"):
             changed["model"] = settings["model"]

@@ -25,7 +25,7 @@ logger = logging.getLogger("pheby_bridge")
 
 EVENTS_PATH = "/internal/hermes-plugin/events"
 MEDIA_PATH = "/internal/hermes-plugin/media"
-SECRET_HEADER = "X-Pheby-Plugin-Secret"
+SECRET_HEADER = "X-Pheby-Plugin-Secret"  # noqa: S105 - a header name, not a secret
 QUEUE_SIZE = 512
 EVENT_TIMEOUT_S = 2.0
 MEDIA_TIMEOUT_S = 15.0
@@ -36,9 +36,9 @@ Done = Callable[[bool, Any], None]
 
 @dataclass
 class _Item:
-    event: dict | None = None
+    event: dict[str, Any] | None = None
     media_path: str = ""
-    media_query: dict = field(default_factory=dict)
+    media_query: dict[str, Any] = field(default_factory=dict)
     on_done: Done | None = None
     probe: bool = False
 
@@ -57,10 +57,10 @@ class Outbox:
 
     # --- enqueueing (any thread, never blocks) ----------------------------------------
 
-    def push(self, event: dict, on_done: Done | None = None, probe: bool = False) -> bool:
+    def push(self, event: dict[str, Any], on_done: Done | None = None, probe: bool = False) -> bool:
         return self._put(_Item(event=event, on_done=on_done, probe=probe))
 
-    def push_media(self, path: str, query: dict, on_done: Done | None = None) -> bool:
+    def push_media(self, path: str, query: dict[str, Any], on_done: Done | None = None) -> bool:
         return self._put(_Item(media_path=path, media_query=query, on_done=on_done))
 
     def _put(self, item: _Item) -> bool:
@@ -95,7 +95,7 @@ class Outbox:
                 logger.debug("pheby_bridge: push failed", exc_info=True)
             _call(item.on_done, ok, reply)
 
-    def _deliver(self, item: _Item) -> tuple:
+    def _deliver(self, item: _Item) -> tuple[Any, ...]:
         if item.event is not None:
             body = json.dumps(item.event, ensure_ascii=False, default=str).encode("utf-8")
             return self._post(EVENTS_PATH, body, "application/json", EVENT_TIMEOUT_S)
@@ -109,8 +109,8 @@ class Outbox:
         # A file that was read but refused is not the service being down.
         return ok or reply is not None, reply
 
-    def _post(self, path: str, body: bytes, content_type: str, timeout: float) -> tuple:
-        request = urllib.request.Request(
+    def _post(self, path: str, body: bytes, content_type: str, timeout: float) -> tuple[Any, ...]:
+        request = urllib.request.Request(  # noqa: S310 - the configured server URL (http or https)
             self._url + path,
             data=body,
             method="POST",

@@ -13,7 +13,13 @@ events out through the hub; a 0.22-era stream is resumed where it broke. Modules
   followed to its end by asking Hermes;
 - `media`: a completed run's `MEDIA:` files, pushed by the plugin or copied from disk;
 - `turn_log`: what history keeps of each turn, and the re-anchoring of its files;
-- `settled`: finished turns kept until the stored transcript holds them, for snapshots.
+- `settled`: finished turns kept until the stored transcript holds them, for snapshots;
+- `tool_merge`: one run's tool calls from the run stream and the plugin's pushes, merged;
+- `cron_delivery`: a cron run's output filed as an unsolicited turn of its task's conversation.
+
+May import: `hermes_client`, the basics, `pheby.redact`, `pheby.protocol`, `pheby.files`,
+`pheby.store`, `pheby.hermes` and the plugin's extras (`pheby.plugin.extras`); never the rest of
+`pheby.plugin` (which sits above the engine).
 """
 
 from pheby.runs.active import ActiveRun, AssistantTurn

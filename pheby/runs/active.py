@@ -5,14 +5,14 @@ import uuid
 from typing import NamedTuple
 
 import hermes_client as hc
-from pheby import events as ev
-from pheby.accounts import Account
-from pheby.conversations import Conversation
-from pheby.plugin_link import NO_EXTRAS, PluginExtras
+from pheby.plugin.extras import NO_EXTRAS, PluginExtras
+from pheby.protocol import frames as ev
 from pheby.runs.decisions import Decisions
 from pheby.runs.phase import RunPhase
+from pheby.runs.tool_merge import ToolMerge
 from pheby.runs.translate import RunView
-from pheby.tool_merge import ToolMerge
+from pheby.store.accounts import Account
+from pheby.store.conversations import Conversation
 
 
 class AssistantTurn(NamedTuple):

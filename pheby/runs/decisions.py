@@ -16,7 +16,7 @@ from typing import Literal, NamedTuple
 
 from msgspec import UNSET, UnsetType
 
-from pheby import events as ev
+from pheby.protocol import frames as ev
 
 Kind = Literal["approval", "clarify"]
 Resolved = ev.ApprovalResolved | ev.ClarifyResolved

@@ -21,25 +21,21 @@ from typing import Protocol
 from msgspec import UNSET, UnsetType
 
 import hermes_client as hc
-from pheby import events as ev
-from pheby.accounts import Account
-from pheby.attachments import Attachments, pheby_descriptor
-from pheby.conversations import Conversation, Conversations
 from pheby.errors import (
     ApprovalNotFound,
     ClarifyNotFound,
     ConversationNotFound,
     NotFound,
     RunActive,
-    Unavailable,
-    UpstreamFailure,
 )
-from pheby.hermes_features import NO_RUN_OPTIONS, RunOptions
-from pheby.history import transcript
-from pheby.history_pages import HistoryPages
-from pheby.hub import Hub
-from pheby.media_tags import media_paths, strip_media
-from pheby.plugin_link import NO_EXTRAS, PluginExtras
+from pheby.files.media_tags import media_paths, strip_media
+from pheby.hermes.failures import hermes_failure
+from pheby.hermes.features import NO_RUN_OPTIONS, RunOptions
+from pheby.hermes.history import transcript
+from pheby.hermes.history_pages import HistoryPages
+from pheby.plugin.extras import NO_EXTRAS, PluginExtras
+from pheby.protocol import frames as ev
+from pheby.protocol.hub import Hub
 from pheby.redact import sanitize_error
 from pheby.runs import translate as tr
 from pheby.runs.active import ActiveRun, AssistantTurn
@@ -63,8 +59,11 @@ from pheby.runs.reader import (
     watch_stream,
 )
 from pheby.runs.settled import SettledTurn, SettledTurns
+from pheby.runs.tool_merge import ToolMerge
 from pheby.runs.turn_log import AnchorTurn, TurnLog, text_turns
-from pheby.tool_merge import ToolMerge
+from pheby.store.accounts import Account
+from pheby.store.attachments import Attachments, attachment_added
+from pheby.store.conversations import Conversation, Conversations
 
 log = logging.getLogger("pheby.runs")
 
@@ -87,7 +86,7 @@ Snapshot = tuple[ev.RunSnapshot | None, list[ev.ToolState], list[ev.ApprovalRequ
 
 
 class RunPlugin(Protocol):
-    """What runs need from the companion Hermes plugin (`pheby.conversation_settings`)."""
+    """What runs need from the companion Hermes plugin (`pheby.plugin.conversation_settings`)."""
 
     async def prepare_run(self, account: Account, conversation: Conversation, session_id: str) -> PluginExtras:
         """Hand the plugin the conversation's settings; the extras this run may use."""
@@ -208,7 +207,7 @@ class RunManager:
             for attachment in await self._attachments.claim(attachments, run.user_message_id):
                 self._hub.broadcast(
                     account.id,
-                    ev.AttachmentAdded(conversation_id=conversation.id, attachment=pheby_descriptor(attachment)),
+                    attachment_added(conversation.id, attachment),
                 )
         return run
 
@@ -276,12 +275,13 @@ class RunManager:
             self._watch_plugin(run, handle.run_id)
             run.phase.move("running")
             run.started.set()  # from here a cancel can stop it
-        except hc.HermesUnavailable:
-            self.release(run)
-            raise Unavailable("Hermes is unavailable right now; the message was not sent, try again") from None
         except hc.HermesError as exc:
             self.release(run)
-            raise UpstreamFailure(f"Hermes refused the run: {sanitize_error(exc.message)}") from None
+            raise hermes_failure(
+                exc,
+                unavailable="Hermes is unavailable right now; the message was not sent, try again",
+                failed="Hermes refused the run: {text}",
+            ) from None
         except BaseException:
             self.release(run)
             self._by_hermes.pop(run.hermes_run_id, None)
@@ -598,10 +598,10 @@ class RunManager:
         run.view.cancelling = True
         try:
             await run.client.stop_run(run.hermes_run_id)
-        except hc.HermesNotFound:
-            raise NotFound("The run can no longer be interrupted") from None
         except hc.HermesError as exc:
-            raise UpstreamFailure(f"Hermes did not stop the run: {sanitize_error(exc.message)}") from None
+            raise hermes_failure(
+                exc, not_found="The run can no longer be interrupted", failed="Hermes did not stop the run: {text}"
+            ) from None
         run.phase.move("cancelling")
         try:
             await asyncio.wait_for(asyncio.shield(run.finished.wait()), timeout=CANCEL_GRACE_SECONDS)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from pheby.events import HistoryMessage
+from pheby.protocol.frames import HistoryMessage
 
 PER_CONVERSATION = 32
 TOTAL = 4096

@@ -3,7 +3,7 @@
 `translate(view, event)` takes a run's translation state and one Hermes event and returns what to
 do: `Emit` an event to the account's clients, or an effect the engine performs (`AskApproval`,
 `Complete`, `Finish`, ...). Tool calls arrive as `ToolBegan`/`ToolEnded`, the shape both the run
-stream and the companion plugin's pushes are turned into (see `pheby.tool_merge`). Ids are minted
+stream and the companion plugin's pushes are turned into (see `pheby.runs.tool_merge`). Ids are minted
 by the view's `mint` function, so a test can make them predictable.
 """
 
@@ -13,11 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import msgspec
 from msgspec import UNSET, UnsetType
 
 import hermes_client as hc
-from pheby import events as ev
-from pheby.media_tags import media_paths, strip_media, visible_draft
+from pheby.files.media_tags import media_paths, strip_media, visible_draft
+from pheby.protocol import frames as ev
 from pheby.redact import redact, sanitize_error
 
 PREVIEW_MAX = 200
@@ -252,17 +253,11 @@ def tool_outcome(ended: ToolEnded, *, cancelling: bool) -> ev.ToolStatus:
 
 
 def tool_event(view: RunView, state: ev.ToolState) -> ev.ToolEvent:
-    return ev.ToolEvent(
-        conversation_id=view.conversation_id,
-        run_id=view.run_id,
-        tool_call_id=state.tool_call_id,
-        tool_name=state.tool_name,
-        status=state.status,
-        args_redacted=state.args_redacted if state.status == "running" else UNSET,
-        duration_ms=state.duration_ms,
-        error=state.error,
-        preview=state.preview,
-    )
+    """The `tool.event` of a call's state: the same fields (the args only while it runs)."""
+    fields = msgspec.structs.asdict(state)
+    if state.status != "running":
+        fields["args_redacted"] = UNSET
+    return ev.ToolEvent(conversation_id=view.conversation_id, **fields)
 
 
 def _short(text: str, limit: int) -> str:

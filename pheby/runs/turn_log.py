@@ -1,7 +1,7 @@
 """What history keeps of each turn, before and after its run.
 
 Before a run the transcript is logged as history shows it, so Hermes's context compression can't
-hide those turns later (`pheby.history.with_logged`). After it, once Hermes has stored the turn,
+hide those turns later (`pheby.hermes.history.with_logged`). After it, once Hermes has stored the turn,
 it is logged again and the turn's files are re-anchored: during a run the user's turn is
 `user-<run id>` and the answer `draft-<run id>`; history calls them `m<Hermes id>`, and a
 reconnecting client must be able to put each file under its message.
@@ -12,13 +12,13 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 
 import hermes_client as hc
-from pheby import events as ev
-from pheby.conversations import Conversations
 from pheby.errors import NotFound
-from pheby.history import shown_history, transcript, turn_message_ids
-from pheby.history_pages import HistoryPages
+from pheby.hermes.history import shown_history, transcript, turn_message_ids
+from pheby.hermes.history_pages import HistoryPages
+from pheby.protocol import frames as ev
 from pheby.runs.active import ActiveRun
 from pheby.runs.settled import SettledTurns
+from pheby.store.conversations import Conversations
 
 # (conversation id, {message id used during the run: the history's id of that message}) → re-anchor files.
 AnchorTurn = Callable[[str, dict[str, str]], Awaitable[None]]

@@ -1,0 +1,166 @@
+"""The app factory: `create_app(settings)` wires routes, dependencies, errors and the lifespan."""
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from litestar import Litestar, Router
+from litestar.datastructures import ResponseHeader
+from litestar.middleware import DefineMiddleware
+from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import SwaggerRenderPlugin
+from litestar.openapi.spec import Components, SecurityScheme
+from litestar.routes import ASGIRoute, HTTPRoute, WebSocketRoute
+from litestar.types import ControllerRouterHandler
+
+from handlers import (
+    artifacts_create,
+    artifacts_delete,
+    artifacts_export,
+    artifacts_get,
+    artifacts_list,
+    artifacts_update,
+    artifacts_versions,
+    attachments_download,
+    attachments_upload,
+    auth_login,
+    auth_logout,
+    capabilities,
+    connectors,
+    features_sync,
+    health,
+    hope_attachments_content,
+    hope_attachments_create,
+    hope_attachments_delete,
+    hope_attachments_get,
+    hope_attachments_list,
+    internal_plugin_events,
+    internal_plugin_media,
+    me,
+    memory_get,
+    memory_put,
+    readyz,
+    research,
+    tasks_create,
+    tasks_delete,
+    tasks_list,
+    tasks_pause,
+    tasks_resume,
+    tasks_run,
+    tasks_update,
+    web_asset,
+    web_index,
+)
+from handlers.support.bodies import PhebyRequest
+from handlers.support.body_timeout import BodyIdleTimeout
+from handlers.support.dependencies import API_DEPENDENCIES, DEPENDENCIES, authenticated
+from handlers.support.errors import EXCEPTION_HANDLERS
+from handlers.support.openapi import guard_errors
+from handlers.ws.endpoint import pheby_socket
+from pheby.services import open_services
+from pheby.settings import Settings
+from scheduler import running_scheduler
+
+# Routes outside the `/api` router, each with its own credential rule (or none).
+PUBLIC_ROUTES: list[ControllerRouterHandler] = [
+    health.healthz,
+    readyz.readyz,
+    auth_login.login,  # the way to get a credential
+    pheby_socket,  # authenticates with its hello message
+    attachments_upload.upload_attachment,  # Bearer, ApiKey or X-Pheby-Secret
+    attachments_download.download_attachment,
+    internal_plugin_events.plugin_event,  # the plugin secret
+    internal_plugin_media.plugin_media,
+    web_index.web_index,  # Pheby Web: the page and its assets (it signs in itself)
+    web_asset.web_asset,
+]
+
+# Mounted under `/api` behind the `authenticated` guard: a route added here is protected by that alone.
+API_ROUTES: list[ControllerRouterHandler] = [
+    auth_logout.logout,
+    me.me,
+    hope_attachments_create.create_hope_attachment,
+    hope_attachments_list.list_hope_attachments,
+    hope_attachments_get.get_hope_attachment,
+    hope_attachments_content.get_hope_attachment_content,
+    hope_attachments_delete.delete_hope_attachment,
+    artifacts_list.list_artifacts,
+    artifacts_create.create_artifact,
+    artifacts_get.get_artifact,
+    artifacts_versions.list_artifact_versions,
+    artifacts_update.update_artifact,
+    artifacts_export.export_artifact,
+    artifacts_delete.delete_artifact,
+    features_sync.features_sync,
+    connectors.connectors,
+    research.research,
+    capabilities.capabilities,
+    tasks_list.list_tasks,
+    tasks_create.create_task,
+    tasks_update.update_task,
+    tasks_delete.delete_task,
+    tasks_pause.pause_task,
+    tasks_resume.resume_task,
+    tasks_run.run_task,
+    memory_get.get_memory,
+    memory_put.put_memory,
+]
+
+ROUTES: list[ControllerRouterHandler] = [*PUBLIC_ROUTES, *API_ROUTES]
+
+
+def api_router() -> Router:
+    """Every `/api` route but login, behind the one guard; handlers get the caller as `current_user`."""
+    router = Router(
+        path="/api",
+        route_handlers=API_ROUTES,
+        guards=[authenticated],
+        dependencies=API_DEPENDENCIES,
+        security=[{"bearer": []}, {"session": []}],
+    )
+    rebuilt: list[HTTPRoute | ASGIRoute | WebSocketRoute] = []
+    for route in router.routes:
+        if isinstance(route, HTTPRoute):
+            for handler in route.route_handlers:  # the router's own copies
+                handler.responses = {**guard_errors(handler.http_methods), **(handler.responses or {})}
+            # Litestar's automatic OPTIONS handler answers `Allow` with the methods of the route it was made
+            # for, the one of the first handler of a path; a route made once from all of them lists them all.
+            handlers = [h for h in route.route_handlers if h.handler_name != "options_handler"]
+            route = HTTPRoute(path=route.path, route_handlers=handlers)
+        rebuilt.append(route)
+    router.routes = rebuilt
+    return router
+
+
+def create_app(settings: Settings) -> Litestar:
+    """Build the ASGI app for `settings`; resources open in the lifespan and close after it."""
+
+    @asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        async with open_services(settings) as services, running_scheduler(services) as scheduler:
+            app.state.services = services
+            app.state.scheduler = scheduler
+            yield
+
+    return Litestar(
+        route_handlers=[*PUBLIC_ROUTES, api_router()],
+        dependencies=DEPENDENCIES,
+        exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
+        request_class=PhebyRequest,
+        middleware=[DefineMiddleware(BodyIdleTimeout, seconds=settings.body_idle_timeout)],
+        lifespan=[lifespan],
+        openapi_config=OpenAPIConfig(
+            title="Pheby server",
+            version="1",
+            path="/schema",
+            render_plugins=[SwaggerRenderPlugin()],
+            components=Components(
+                security_schemes={
+                    "bearer": SecurityScheme(type="http", scheme="bearer", description="PHEBY_SECRET or a token"),
+                    "session": SecurityScheme(type="apiKey", name="hope_session", security_scheme_in="cookie"),
+                }
+            ),
+        ),
+        response_headers=[ResponseHeader(name="X-Content-Type-Options", value="nosniff")],
+        debug=False,
+        logging_config=None,  # logging is the process's (pheby.server.configure_logging), not the app's
+    )

@@ -1,0 +1,131 @@
+"""Coalescing of a run's cumulative `message.delta` events before they fan out.
+
+Every `message.delta` carries the whole draft so far, so a client needs only the newest one. Per
+message (`message_id`), the first delta goes out at once; after it, at most one per window, always
+the newest text, sent by a timer at the end of the window. Any other event broadcast to the
+account first sends that account's pending deltas, so the order the spec defines (text before the
+`tool.event`, `approval.request`, `message.complete`, ... that follows it) is unchanged and no
+text is lost. A message's entry lives until its `message.complete` (or its conversation's
+`run.finished`), or until a window passes with nothing new: nothing stays behind after a run.
+
+A reconnect snapshot (`conversation.open`) is the run's draft, which is the text of the newest
+delta broadcast; a pending delta sent after the snapshot therefore repeats the snapshot's text,
+never an older one.
+"""
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pheby.protocol.frames import Event, MessageComplete, MessageDelta, RunFinished
+from pheby.protocol.hub import Hub
+
+Forward = Callable[[str, Event], None]
+DEFAULT_WINDOW_SECONDS = 0.1
+
+
+@dataclass
+class _Stream:
+    """One message being streamed: its newest unsent delta and the timer that ends its window."""
+
+    account_id: str
+    conversation_id: str
+    pending: MessageDelta | None
+    timer: asyncio.TimerHandle
+
+
+class DeltaCoalescer:
+    """Sits in front of `forward(account_id, event)` (the hub's broadcast) and thins out deltas.
+
+    `window_seconds` 0 forwards every event as it comes. `loop` is for tests (a fake clock); by
+    default the running loop is used.
+    """
+
+    def __init__(self, forward: Forward, window_seconds: float, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._forward = forward
+        self._window = window_seconds
+        self._loop = loop
+        self._streams: dict[str, _Stream] = {}  # by message_id
+        self._by_account: dict[str, dict[str, _Stream]] = {}  # account -> message_id -> stream, in start order
+
+    def broadcast(self, account_id: str, event: Event) -> None:
+        if self._window <= 0:
+            self._forward(account_id, event)
+            return
+        if isinstance(event, MessageDelta):
+            self._delta(account_id, event)
+            return
+        self.flush(account_id)
+        self._forward(account_id, event)
+        if isinstance(event, MessageComplete):
+            self._drop(event.message_id)
+        elif isinstance(event, RunFinished):
+            for message_id, stream in list(self._by_account.get(account_id, {}).items()):
+                if stream.conversation_id == event.conversation_id:
+                    self._drop(message_id)
+
+    def flush(self, account_id: str) -> None:
+        """Send the account's pending deltas now (each starts a new window)."""
+        for message_id, stream in list(self._by_account.get(account_id, {}).items()):
+            if stream.pending is not None:
+                self._send_pending(message_id, stream)
+
+    def pending_messages(self) -> int:
+        """How many messages have an entry (tests: nothing may stay behind)."""
+        return len(self._streams)
+
+    def _delta(self, account_id: str, event: MessageDelta) -> None:
+        stream = self._streams.get(event.message_id)
+        if stream is not None:
+            stream.pending = event  # cumulative: the newest replaces the one waiting
+            return
+        self._forward(account_id, event)  # the first text of a window goes out at once
+        stream = _Stream(account_id, event.conversation_id, None, self._start_window(event.message_id))
+        self._streams[event.message_id] = stream
+        self._by_account.setdefault(account_id, {})[event.message_id] = stream
+
+    def _start_window(self, message_id: str) -> asyncio.TimerHandle:
+        loop = self._loop or asyncio.get_running_loop()
+        return loop.call_later(self._window, self._window_ended, message_id)
+
+    def _window_ended(self, message_id: str) -> None:
+        stream = self._streams.get(message_id)
+        if stream is None:
+            return
+        if stream.pending is None:
+            self._drop(message_id)  # quiet for a whole window: the next delta may go out at once
+        else:
+            self._send_pending(message_id, stream)
+
+    def _send_pending(self, message_id: str, stream: _Stream) -> None:
+        event, stream.pending = stream.pending, None
+        stream.timer.cancel()
+        stream.timer = self._start_window(message_id)
+        if event is not None:
+            self._forward(stream.account_id, event)
+
+    def _drop(self, message_id: str) -> None:
+        stream = self._streams.pop(message_id, None)
+        if stream is None:
+            return
+        stream.timer.cancel()
+        group = self._by_account.get(stream.account_id)
+        if group is not None:
+            group.pop(message_id, None)
+            if not group:
+                del self._by_account[stream.account_id]
+
+
+class CoalescingHub(Hub):
+    """The hub, with every broadcast passing through a `DeltaCoalescer` first.
+
+    Arguments other than `delta_window_seconds` go to `Hub` unchanged.
+    """
+
+    def __init__(self, *args: Any, delta_window_seconds: float = DEFAULT_WINDOW_SECONDS, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.coalescer = DeltaCoalescer(super().broadcast, delta_window_seconds)
+
+    def broadcast(self, account_id: str, event: Event) -> None:
+        self.coalescer.broadcast(account_id, event)

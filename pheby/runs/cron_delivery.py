@@ -1,0 +1,38 @@
+"""A cron run's output as an unsolicited turn in its task's conversation, whoever found it.
+
+Two paths arrive here: job polling (`scheduler.job_poller`, reading finished `cron_…` sessions)
+and the companion plugin, which pushes the output the moment the run finishes. Each cron session
+is delivered once per account (`Conversations.mark_cron_session_seen`), so both may run.
+"""
+
+from pheby.protocol.frames import ConversationUpdated
+from pheby.protocol.hub import Hub
+from pheby.runs import RunManager
+from pheby.store.accounts import Account
+from pheby.store.conversations import Conversations
+
+SILENT = "[SILENT]"
+
+
+def worth_delivering(text: str) -> bool:
+    """Hermes suppresses a reply of exactly `[SILENT]`; so do we, and empty replies."""
+    return bool(text.strip()) and text.strip() != SILENT
+
+
+async def file_cron_output(
+    conversations: Conversations,
+    hub: Hub,
+    runs: RunManager,
+    account: Account,
+    job_id: str,
+    session_id: str,
+    name: str,
+    text: str,
+) -> None:
+    """File the session under the task's conversation (created on its first output) and push the turn."""
+    conversation, created = await conversations.task_conversation(account.id, job_id, name)
+    await conversations.add_session(conversation.id, session_id)
+    await conversations.touch(conversation.id)
+    if created:
+        hub.broadcast(account.id, ConversationUpdated(conversation_id=conversation.id, name=conversation.name))
+    await runs.push_unsolicited(account.id, conversation.id, text)

@@ -1,0 +1,306 @@
+"""Accounts, passwords and tokens: all the SQL of the accounts domain.
+
+Passwords are scrypt hashes (hashlib); tokens are random strings of which only a SHA-256
+digest is stored. The owner account is the one `PHEBY_SECRET` authenticates as.
+"""
+
+import hashlib
+import hmac
+import os
+import secrets
+import sqlite3
+import time
+import uuid
+from base64 import b64decode, b64encode
+from collections.abc import Callable, Collection, Sequence
+from pathlib import Path
+from typing import Literal
+
+import anyio
+import msgspec
+
+from pheby.db import Database
+from pheby.errors import BadRequest, Conflict, NotFound
+from pheby.store.lockout import PasswordHashing
+
+TokenKind = Literal["session", "api"]
+OWNER_NAME = "owner"
+_SCRYPT_N, _SCRYPT_R, _SCRYPT_P = 2**14, 8, 1
+_NAME_MAX = 64
+
+
+class HermesAccountSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """Per-account Hermes connection; falls back to the server's when a field is empty."""
+
+    url: str | None = None
+    api_key: str | None = None
+    home: str | None = None
+    dashboard_url: str | None = None
+    dashboard_token: str | None = None
+    # Directories of the server's disk this account's MEDIA: files may be copied from (never with `url`).
+    media_roots: tuple[str, ...] = ()
+
+
+class Account(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    name: str
+    is_owner: bool
+    disabled: bool
+    created_at: float
+    hermes: HermesAccountSettings
+
+
+def media_roots_for(account: Account, server_roots: Sequence[Path]) -> tuple[Path, ...]:
+    """The roots an account's `MEDIA:` files may be copied from on the server's disk."""
+    if account.hermes.url:  # its own gateway: its agent's files are on another machine
+        return ()
+    if account.is_owner:
+        return tuple(server_roots)
+    return tuple(Path(root) for root in account.hermes.media_roots)
+
+
+class IssuedToken(msgspec.Struct, frozen=True):
+    token: str
+    token_id: str
+    expires_at: float | None
+
+
+class ResolvedToken(msgspec.Struct, frozen=True):
+    account: Account
+    token_id: str
+    kind: TokenKind
+    expires_at: float | None = None
+
+
+class CredentialState(msgspec.Struct, frozen=True):
+    """What decides whether an account's live sockets may stay: disabled, and when all was last revoked."""
+
+    disabled: bool
+    credentials_revoked_at: float | None
+
+
+def hash_password(password: str) -> str:
+    salt = secrets.token_bytes(16)
+    digest = hashlib.scrypt(password.encode(), salt=salt, n=_SCRYPT_N, r=_SCRYPT_R, p=_SCRYPT_P, dklen=32)
+    return f"scrypt${_SCRYPT_N}${_SCRYPT_R}${_SCRYPT_P}${b64encode(salt).decode()}${b64encode(digest).decode()}"
+
+
+def check_password(password: str, encoded: str | None) -> bool:
+    """Constant-time check; a missing hash still costs one scrypt so timing reveals nothing."""
+    if not encoded:
+        hash_password(password)
+        return False
+    _, n, r, p, salt, digest = encoded.split("$")
+    candidate = hashlib.scrypt(password.encode(), salt=b64decode(salt), n=int(n), r=int(r), p=int(p), dklen=32)
+    return hmac.compare_digest(candidate, b64decode(digest))
+
+
+def token_digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _row_to_account(row: sqlite3.Row) -> Account:
+    return Account(
+        id=row["id"],
+        name=row["name"],
+        is_owner=bool(row["is_owner"]),
+        disabled=bool(row["disabled"]),
+        created_at=row["created_at"],
+        hermes=HermesAccountSettings(
+            url=row["hermes_url"],
+            api_key=row["hermes_api_key"],
+            home=row["hermes_home"],
+            dashboard_url=row["hermes_dashboard_url"],
+            dashboard_token=row["hermes_dashboard_token"],
+            media_roots=tuple(msgspec.json.decode(row["media_roots"] or "[]", type=list[str])),
+        ),
+    )
+
+
+class Accounts:
+    """The accounts service. `clock` is injectable so expiry can be tested."""
+
+    def __init__(self, db: Database, clock: Callable[[], float] = time.time) -> None:
+        self._db = db
+        self._clock = clock
+
+    async def ensure_owner(self) -> Account:
+        """Return the owner account, creating it on first start."""
+        now = self._clock()
+
+        def q(conn: sqlite3.Connection) -> sqlite3.Row:
+            conn.execute(
+                "INSERT INTO accounts (id, name, is_owner, created_at) VALUES (?, ?, 1, ?) ON CONFLICT DO NOTHING",
+                (uuid.uuid4().hex, OWNER_NAME, now),
+            )
+            row: sqlite3.Row = conn.execute("SELECT * FROM accounts WHERE is_owner = 1").fetchone()
+            return row
+
+        return _row_to_account(await self._db.transaction(q))
+
+    async def create(self, name: str, password: str | None = None) -> Account:
+        name = name.strip()
+        if not name or len(name) > _NAME_MAX or any(c.isspace() or not c.isprintable() for c in name):
+            raise BadRequest(f"Account names are 1-{_NAME_MAX} printable characters without spaces")
+        encoded = await anyio.to_thread.run_sync(hash_password, password) if password else None
+        account_id, now = uuid.uuid4().hex, self._clock()
+
+        def q(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT INTO accounts (id, name, password_hash, created_at) VALUES (?, ?, ?, ?)",
+                (account_id, name, encoded, now),
+            )
+
+        try:
+            await self._db.run(q)
+        except sqlite3.IntegrityError:
+            raise Conflict(f"Account {name!r} already exists") from None
+        return await self.get(account_id)
+
+    async def get(self, account_id: str) -> Account:
+        row = await self._db.run(lambda c: c.execute("SELECT * FROM accounts WHERE id = ?", (account_id,)).fetchone())
+        if row is None:
+            raise NotFound("Account not found")
+        return _row_to_account(row)
+
+    async def list_all(self) -> list[Account]:
+        rows = await self._db.run(lambda c: c.execute("SELECT * FROM accounts ORDER BY created_at, name").fetchall())
+        return [_row_to_account(r) for r in rows]
+
+    async def list_enabled(self) -> list[Account]:
+        rows = await self._db.run(lambda c: c.execute("SELECT * FROM accounts WHERE disabled = 0").fetchall())
+        return [_row_to_account(r) for r in rows]
+
+    async def get_by_name(self, name: str) -> Account:
+        row = await self._db.run(lambda c: c.execute("SELECT * FROM accounts WHERE name = ?", (name,)).fetchone())
+        if row is None:
+            raise NotFound("Account not found")
+        return _row_to_account(row)
+
+    async def set_disabled(self, name: str, disabled: bool = True) -> Account:
+        account = await self.get_by_name(name)
+        await self._db.run(
+            lambda c: c.execute("UPDATE accounts SET disabled = ? WHERE id = ?", (int(disabled), account.id))
+        )
+        return await self.get(account.id)
+
+    async def set_hermes(self, name: str, hermes: HermesAccountSettings) -> None:
+        if hermes.url and hermes.media_roots:
+            raise BadRequest(
+                "An account with its own Hermes gateway can't be given media roots: its agent's files are not on "
+                "this server's disk (the companion plugin pushes them)"
+            )
+        if any(not os.path.isabs(root) for root in hermes.media_roots):
+            raise BadRequest("Media roots must be absolute paths")
+        account = await self.get_by_name(name)
+        roots = msgspec.json.encode(list(hermes.media_roots)).decode() if hermes.media_roots else None
+        await self._db.run(
+            lambda c: c.execute(
+                "UPDATE accounts SET hermes_url = ?, hermes_api_key = ?, hermes_home = ?, "
+                "hermes_dashboard_url = ?, hermes_dashboard_token = ?, media_roots = ? WHERE id = ?",
+                (
+                    hermes.url,
+                    hermes.api_key,
+                    hermes.home,
+                    hermes.dashboard_url,
+                    hermes.dashboard_token,
+                    roots,
+                    account.id,
+                ),
+            )
+        )
+
+    async def verify_password(
+        self, name: str, password: str, *, hashing: PasswordHashing | None = None
+    ) -> Account | None:
+        """The enabled account whose password this is, else None (same cost either way).
+
+        With `hashing`, the hash runs in that limiter (the login route's), which may raise RateLimited.
+        """
+        row = await self._db.run(lambda c: c.execute("SELECT * FROM accounts WHERE name = ?", (name,)).fetchone())
+        encoded = row["password_hash"] if row is not None else None
+        if hashing is not None:
+            ok = await hashing.run(check_password, password, encoded)
+        else:
+            ok = await anyio.to_thread.run_sync(check_password, password, encoded)
+        if not ok or row is None or row["disabled"]:
+            return None
+        return _row_to_account(row)
+
+    async def issue_token(self, account_id: str, kind: TokenKind, ttl_seconds: float | None) -> IssuedToken:
+        token = "phb_" + secrets.token_urlsafe(32)
+        token_id, now = uuid.uuid4().hex, self._clock()
+        expires_at = now + ttl_seconds if ttl_seconds is not None else None
+        await self._db.run(
+            lambda c: c.execute(
+                "INSERT INTO auth_tokens (id, account_id, token_sha256, kind, created_at, expires_at) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (token_id, account_id, token_digest(token), kind, now, expires_at),
+            )
+        )
+        return IssuedToken(token=token, token_id=token_id, expires_at=expires_at)
+
+    async def resolve_token(self, token: str) -> ResolvedToken | None:
+        """The live token's account: not revoked, not expired, account not disabled."""
+        now = self._clock()
+        row = await self._db.run(
+            lambda c: c.execute(
+                "SELECT a.*, t.id AS token_id, t.kind AS token_kind, t.expires_at AS token_expires_at "
+                "FROM auth_tokens t JOIN accounts a ON a.id = t.account_id "
+                "WHERE t.token_sha256 = ? AND t.revoked_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > ?) "
+                "AND a.disabled = 0",
+                (token_digest(token), now),
+            ).fetchone()
+        )
+        if row is None:
+            return None
+        return ResolvedToken(
+            account=_row_to_account(row),
+            token_id=row["token_id"],
+            kind=row["token_kind"],
+            expires_at=row["token_expires_at"],
+        )
+
+    async def revoke_token(self, token_id: str) -> None:
+        now = self._clock()
+        await self._db.run(
+            lambda c: c.execute(
+                "UPDATE auth_tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", (now, token_id)
+            )
+        )
+
+    async def revoke_all(self, name: str) -> tuple[Account, int]:
+        """Revoke every token and session of the account (one transaction); the account and how many."""
+        account = await self.get_by_name(name)
+        now = self._clock()
+
+        def q(conn: sqlite3.Connection) -> int:
+            revoked = conn.execute(
+                "UPDATE auth_tokens SET revoked_at = ? WHERE account_id = ? AND revoked_at IS NULL", (now, account.id)
+            ).rowcount
+            conn.execute("UPDATE accounts SET credentials_revoked_at = ? WHERE id = ?", (now, account.id))
+            return revoked
+
+        return account, await self._db.transaction(q)
+
+    async def credential_states(self) -> dict[str, CredentialState]:
+        """Every account's `CredentialState`, by id (a handful of rows: accounts are few)."""
+        rows = await self._db.run(
+            lambda c: c.execute("SELECT id, disabled, credentials_revoked_at FROM accounts").fetchall()
+        )
+        return {r["id"]: CredentialState(bool(r["disabled"]), r["credentials_revoked_at"]) for r in rows}
+
+    async def live_tokens(self, token_ids: Collection[str]) -> set[str]:
+        """Which of `token_ids` still work: not revoked, not expired, their account not disabled. One query."""
+        if not token_ids:
+            return set()
+        now, wanted = self._clock(), msgspec.json.encode(list(token_ids)).decode()
+        rows = await self._db.run(
+            lambda c: c.execute(
+                "SELECT t.id FROM auth_tokens t JOIN accounts a ON a.id = t.account_id "
+                "WHERE t.id IN (SELECT value FROM json_each(?)) AND t.revoked_at IS NULL "
+                "AND (t.expires_at IS NULL OR t.expires_at > ?) AND a.disabled = 0",
+                (wanted, now),
+            ).fetchall()
+        )
+        return {r[0] for r in rows}
