@@ -10,8 +10,8 @@ The set-up and the scenarios of ``tests/test_plugin_real_hermes.py`` (0.19.0), o
   does not splice a second copy (the scenario shows the model gets each turn once, tool call included);
 - cron: this Hermes's cron prompt says "FAILURE", which the fake LLM no longer takes for its FAIL keyword.
 
-The cron run is started by the set-up, and its test waits for the gateway's 60 s cron tick while the
-others run; the module takes about 2 minutes.
+The last test reads the gateway's log: the plugin never failed inside Hermes. The module takes about
+25 s here (the set-up starts the cron run; this gateway's first cron tick comes at start-up).
 """
 
 from collections.abc import Iterator
@@ -21,6 +21,7 @@ from typing import Final
 import httpx
 import pytest
 
+from tests import test_plugin_real_hermes as on_0_19
 from tests.test_plugin_real_hermes import (
     OWNER,
     PluginSetup,
@@ -56,20 +57,6 @@ async def test_capabilities_report_the_native_extras_off(plugin_setup: PluginSet
     assert (paths["conversation_model"], paths["conversation_effort"]) == ("native", "native")
 
 
-def test_the_plugin_raises_nothing_in_the_gateway(plugin_setup: PluginSetup) -> None:
-    """Run last (pytest keeps file order): every scenario above has gone through the gateway by now."""
-    log = plugin_setup.hermes.gateway_log.read_text(encoding="utf-8", errors="replace")
-    assert "[pheby_bridge] ready" in log
-    # Hermes logs a failing hook or middleware under its plugin loader's name; a crash has the plugin's frames.
-    complaints = [
-        line
-        for line in log.splitlines()
-        if ("hermes_cli.plugins" in line or "pheby_bridge:" in line) and (" WARNING " in line or " ERROR " in line)
-    ]
-    assert complaints == []
-    assert "plugins/pheby_bridge/" not in log
-
-
 __all__ = [
     "test_clarify_answered_cancelled_and_expired",
     "test_cron_output_reaches_a_client_within_5_seconds",
@@ -79,3 +66,6 @@ __all__ = [
     "test_tool_events_carry_hermes_ids_and_redacted_args",
     "test_yolo_for_one_conversation_keeps_hard_limits",
 ]
+
+# Last, so that every scenario above has gone through the gateway first.
+test_the_plugin_raises_nothing_in_the_gateway = on_0_19.test_the_plugin_raises_nothing_in_the_gateway

@@ -420,6 +420,23 @@ async def test_cron_output_reaches_a_client_within_5_seconds(plugin_setup: Plugi
     assert received_at - ended_at < 5.0, (received_at, ended_at)
 
 
+# --- the gateway's own log ------------------------------------------------------------------------
+
+
+def test_the_plugin_raises_nothing_in_the_gateway(plugin_setup: PluginSetup) -> None:
+    """After the scenarios above (pytest keeps file order), and before the service goes away."""
+    log = plugin_setup.hermes.gateway_log.read_text(encoding="utf-8", errors="replace")
+    assert "[pheby_bridge] ready" in log
+    # Hermes logs a failing hook or middleware under its plugin loader's name; a crash has the plugin's frames.
+    complaints = [
+        line
+        for line in log.splitlines()
+        if ("hermes_cli.plugins" in line or "pheby_bridge:" in line) and (" WARNING " in line or " ERROR " in line)
+    ]
+    assert complaints == []
+    assert "plugins/pheby_bridge/" not in log
+
+
 # --- without the service --------------------------------------------------------------------------
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from . import history
 from .bridge import Bridge, ClarifyUnanswered
-from .hooks import api_run_id
+from .hooks import api_run_id, registered
 
 logger = logging.getLogger("pheby_bridge")
 
@@ -112,5 +112,5 @@ def register_middleware(ctx: Any, bridge: Bridge) -> None:
             callback=lambda normalized: _ask_each(bridge, run_id, session_id, tool_call_id, normalized),
         )
 
-    ctx.register_middleware("llm_request", llm_request)
-    ctx.register_middleware("tool_execution", tool_execution)
+    registered(bridge, ctx.register_middleware, "llm_request", llm_request, ("model", "reasoning", "history"))
+    registered(bridge, ctx.register_middleware, "tool_execution", tool_execution, ("clarify",))
