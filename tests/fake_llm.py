@@ -47,6 +47,7 @@ import base64
 import contextlib
 import json
 import os
+import re
 import shlex
 import signal
 import sys
@@ -71,6 +72,9 @@ PIXEL_PNG: Final = base64.b64decode(
 )
 
 JsonDict = dict[str, Any]
+
+# A word of its own: newer Hermes cron prompts say "FAILURE" / "[CRON_FAILURE]", which must not fail the run.
+FAIL_WORD: Final = re.compile(r"\bFAIL\b")
 
 
 @dataclass(frozen=True)
@@ -183,7 +187,7 @@ def decide(settings: Settings, body: JsonDict) -> Reply:
         result = text_of(tool_results[-1].get("content"))
         return TextReply("Tool finished. Result was: " + result[:TOOL_RESULT_PREVIEW])
 
-    if "FAIL" in user_text:
+    if FAIL_WORD.search(user_text):
         return ErrorReply(400, "fake client error requested by FAIL keyword")
     if "SLOWTOOL" in user_text:
         return ToolReply("terminal", {"command": "sleep 20 && echo slept"})

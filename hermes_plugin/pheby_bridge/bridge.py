@@ -5,6 +5,7 @@ One `Bridge` per Hermes process, shared by the hooks, the middleware and the pla
 """
 
 import hmac
+import importlib
 import logging
 import threading
 import time
@@ -21,9 +22,43 @@ PROTOCOL = 1
 VERSION = "1.0.0"
 # Everything this plugin can do; the server says which of these it wants (its PHEBY_PLUGIN_* switches).
 FEATURES = ("tool_events", "clarify", "model", "reasoning", "yolo", "media", "cron", "history")
+# The Hermes internals each extra calls, beyond the hooks and middleware it registers ("module:attr.attr").
+# An extra whose internals this Hermes lacks is left out of the handshake, so the server falls back.
+_RUN_KEY = ("gateway.session_context:get_session_env", "tools.approval:get_current_session_key")
+NEEDS: dict[str, tuple[str, ...]] = {
+    "tool_events": _RUN_KEY,
+    "clarify": (*_RUN_KEY, "tools.clarify_tool:clarify_tool", "tools.interrupt:is_interrupted"),
+    "model": _RUN_KEY,
+    "reasoning": _RUN_KEY,
+    "yolo": (*_RUN_KEY, "tools.approval:enable_session_yolo", "tools.approval:disable_session_yolo"),
+    "media": (
+        *_RUN_KEY,
+        "gateway.platforms.base:BasePlatformAdapter.extract_media",
+        "gateway.platforms.base:BasePlatformAdapter.filter_media_delivery_paths",
+    ),
+    "cron": (),
+    "history": (*_RUN_KEY, "hermes_state:SessionDB.get_messages_as_conversation"),
+}
 DEFAULT_CLARIFY_TIMEOUT_S = 120.0
 MAX_SESSIONS = 2048
 WAIT_SLICE_S = 0.2
+
+
+def has_internal(spec: str) -> bool:
+    """Whether this Hermes has `module:attr.attr` (imported, never called)."""
+    module_name, _, path = spec.partition(":")
+    try:
+        found: Any = importlib.import_module(module_name)
+        for attr in filter(None, path.split(".")):
+            found = getattr(found, attr)
+    except Exception:  # noqa: BLE001 - missing, renamed or failing to import: this Hermes lacks it
+        return False
+    return True
+
+
+def available_features() -> tuple[str, ...]:
+    """The extras whose Hermes internals this Hermes has."""
+    return tuple(name for name in FEATURES if all(has_internal(spec) for spec in NEEDS[name]))
 
 
 class ClarifyUnanswered(Exception):
@@ -48,11 +83,19 @@ class Bridge:
         self._sessions: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._pending: dict[str, Any] = {}
         self.yolo_runs: set[str] = set()
+        self.features: tuple[str, ...] = available_features()
+        lacking = [name for name in FEATURES if name not in self.features]
+        if lacking:
+            logger.info("pheby_bridge: this Hermes lacks what %s need; they stay off", ", ".join(lacking))
 
     # --- what the server wants --------------------------------------------------------
 
     def wants(self, feature: str) -> bool:
-        return feature in self._wanted
+        return feature in self._wanted and feature in self.features
+
+    def lose(self, *features: str) -> None:
+        """These extras can't work here after all (Hermes refused a hook or middleware they need)."""
+        self.features = tuple(name for name in self.features if name not in features)
 
     def _apply_server_view(self, body: Any) -> None:
         if not isinstance(body, dict):
@@ -70,7 +113,7 @@ class Bridge:
             "version": VERSION,
             "protocol": PROTOCOL,
             "boot_id": self.boot_id,
-            "features": list(FEATURES),
+            "features": list(self.features),
         }
 
     def say_hello(self) -> None:

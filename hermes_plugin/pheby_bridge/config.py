@@ -41,11 +41,20 @@ def hermes_home() -> Path:
         return Path(os.environ.get("HERMES_HOME") or Path.home() / ".hermes")
 
 
-def _platform_extra(home: Path) -> dict[str, Any]:
+def _load_yaml(text: str) -> Any:
+    """PyYAML where Hermes ships it (0.19.0), else ruamel.yaml, which a Hermes without PyYAML ships instead."""
     try:
         import yaml
+    except ImportError:
+        from ruamel.yaml import YAML
 
-        data = yaml.safe_load((home / "config.yaml").read_text(encoding="utf-8")) or {}
+        return YAML(typ="safe", pure=True).load(text)
+    return yaml.safe_load(text)
+
+
+def _platform_extra(home: Path) -> dict[str, Any]:
+    try:
+        data = _load_yaml((home / "config.yaml").read_text(encoding="utf-8")) or {}
     except Exception as exc:  # noqa: BLE001 - unreadable or invalid: the plugin stays inert
         logger.warning("pheby_bridge: cannot read config.yaml (%s)", type(exc).__name__)
         return {}

@@ -85,15 +85,18 @@ def splice(request: dict[str, Any], session_id: str, turn_id: str) -> dict[str, 
     while head < len(messages) and isinstance(messages[head], dict) and messages[head].get("role") == "system":
         head += 1
     current = messages[head:]
-    first_user = next((m for m in current if isinstance(m, dict) and m.get("role") == "user"), None)
-    if first_user is None:
+    users = [m for m in current if isinstance(m, dict) and m.get("role") == "user"]
+    if not users:
         return None
+    first_user = users[0]
     key = (session_id, turn_id or _norm(first_user.get("content"))[:200])
     with _lock:
         prefix = _cache.get(key)
     if prefix is None:
         text = first_user.get("content")
-        prefix = stored_turns(session_id, text if isinstance(text, str) else "")
+        # The turn's first request decides: several user messages mean Hermes already put the session's
+        # history in (a 0.22-era `/v1/runs` loads it itself), and a second copy would repeat every turn.
+        prefix = [] if len(users) > 1 else stored_turns(session_id, text if isinstance(text, str) else "")
         with _lock:
             _cache[key] = prefix
             while len(_cache) > CACHE_TURNS:

@@ -140,7 +140,18 @@ def register_hooks(ctx: Any, bridge: Bridge) -> None:
             disable_session_yolo(run_id)
             bridge.yolo_runs.discard(run_id)
 
-    ctx.register_hook("pre_tool_call", pre_tool_call)
-    ctx.register_hook("post_tool_call", post_tool_call)
-    ctx.register_hook("post_llm_call", post_llm_call)
-    ctx.register_hook("on_session_end", on_session_end)
+    registered(bridge, ctx.register_hook, "pre_tool_call", pre_tool_call, ("tool_events", "yolo"))
+    registered(bridge, ctx.register_hook, "post_tool_call", post_tool_call, ("tool_events",))
+    registered(bridge, ctx.register_hook, "post_llm_call", post_llm_call, ("media", "cron"))
+    registered(bridge, ctx.register_hook, "on_session_end", on_session_end, ("yolo",))
+
+
+def registered(bridge: Bridge, register: Callable[..., Any], name: str, fn: Any, extras: tuple[str, ...]) -> bool:
+    """Register a hook or middleware; a Hermes that refuses it (unknown name, changed API) turns `extras` off."""
+    try:
+        register(name, fn)
+    except Exception as exc:  # noqa: BLE001 - the plugin must load even where Hermes differs
+        logger.info("pheby_bridge: Hermes refused %s (%s); %s stay off", name, type(exc).__name__, ", ".join(extras))
+        bridge.lose(*extras)
+        return False
+    return True

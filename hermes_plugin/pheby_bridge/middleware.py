@@ -3,12 +3,13 @@
 Both act only on API-server runs (`/v1/runs`) and only for what the server asked for.
 """
 
+import inspect
 import logging
 from typing import Any
 
 from . import history
-from .bridge import Bridge
-from .hooks import api_run_id
+from .bridge import Bridge, ClarifyUnanswered
+from .hooks import api_run_id, registered
 
 logger = logging.getLogger("pheby_bridge")
 
@@ -29,6 +30,25 @@ def apply_effort(request: dict[str, Any], effort: str) -> None:
         request.pop("reasoning_effort", None)
     elif "reasoning_effort" in request or not nested:
         request["reasoning_effort"] = effort
+
+
+def _ask_each(
+    bridge: Bridge, run_id: str, session_id: str, tool_call_id: str, questions: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The reply a several-question clarify callback gives: `{"answers": {qid: text}, "outcome", "notice"?}`,
+    stopping at the first question that gets no answer (as Hermes's own gateway callback does)."""
+    from tools.interrupt import is_interrupted
+
+    answers: dict[str, Any] = {}
+    reply: dict[str, Any] = {"answers": answers, "outcome": "submitted"}
+    for entry in questions:
+        choices = entry.get("choices_offered") or entry.get("choices")
+        try:
+            answers[entry["qid"]] = bridge.ask_clarify(run_id, session_id, tool_call_id, entry["question"], choices)
+        except ClarifyUnanswered as exc:
+            reply.update(outcome="cancelled" if is_interrupted() else "timed_out", notice=str(exc))
+            break
+    return reply
 
 
 def register_middleware(ctx: Any, bridge: Bridge) -> None:
@@ -76,11 +96,23 @@ def register_middleware(ctx: Any, bridge: Bridge) -> None:
 
         params = args if isinstance(args, dict) else {}
         # Hermes's own clarify tool shapes and validates; only the asking goes through the server.
+        if "questions" not in inspect.signature(clarify_tool).parameters:
+            return clarify_tool(
+                question=params.get("question", ""),
+                choices=params.get("choices"),
+                callback=lambda question, choices: bridge.ask_clarify(
+                    run_id, session_id, tool_call_id, question, choices
+                ),
+            )
+        # A Hermes whose clarify asks several questions in one call (0.22-era): one question to the server
+        # at a time, answers keyed by Hermes's `qid`; a call in the older one-question shape is taken too.
+        questions = params.get("questions")
+        if questions is None and params.get("question"):
+            questions = [{"question": params.get("question"), "choices": params.get("choices")}]
         return clarify_tool(
-            question=params.get("question", ""),
-            choices=params.get("choices"),
-            callback=lambda question, choices: bridge.ask_clarify(run_id, session_id, tool_call_id, question, choices),
+            questions=questions,
+            callback=lambda normalized: _ask_each(bridge, run_id, session_id, tool_call_id, normalized),
         )
 
-    ctx.register_middleware("llm_request", llm_request)
-    ctx.register_middleware("tool_execution", tool_execution)
+    registered(bridge, ctx.register_middleware, "llm_request", llm_request, ("model", "reasoning", "history"))
+    registered(bridge, ctx.register_middleware, "tool_execution", tool_execution, ("clarify",))
