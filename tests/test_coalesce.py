@@ -59,13 +59,16 @@ class FakeLoop:
         return sum(1 for timer in self._timers if not timer[2].cancelled)
 
 
+TS = "2026-12-01T00:00:00.000+00:00"  # fixed, so events made apart compare equal (ts is part of equality)
+
+
 def delta(text: str, message_id: str = "m1", conversation_id: str = "c1") -> MessageDelta:
-    return MessageDelta(conversation_id=conversation_id, message_id=message_id, text=text)
+    return MessageDelta(conversation_id=conversation_id, message_id=message_id, text=text, ts=TS)
 
 
 def tool_event(conversation_id: str = "c1") -> ToolEvent:
     return ToolEvent(
-        conversation_id=conversation_id, run_id="r1", tool_call_id="t1", tool_name="web_search", status="running"
+        conversation_id=conversation_id, run_id="r1", tool_call_id="t1", tool_name="web_search", status="running", ts=TS
     )
 
 

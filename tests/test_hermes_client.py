@@ -378,8 +378,9 @@ def test_decode_run_event_keeps_the_envelope_of_unknown_names() -> None:
     assert isinstance(decode_run_event(DELTA[6:-2]), MessageDelta)
 
 
-async def test_stream_parsing_keeps_up_with_reading_lines() -> None:
-    """run_events must stay within 2x of merely reading the same stream line by line with httpx."""
+async def test_a_long_stream_in_small_chunks_is_parsed_whole() -> None:
+    """5,000 events split across 4 KiB chunks arrive whole and in order. (How fast the client parses
+    against reading lines with httpx is measured by bench/hermes_events.py, not asserted here.)"""
     body = (DELTA + event("tool.completed", tool="terminal", duration=0.1, error=False)) * 2500 + COMPLETED
     chunks = [body[i : i + 4096] for i in range(0, len(body), 4096)]
 
@@ -390,27 +391,11 @@ async def test_stream_parsing_keeps_up_with_reading_lines() -> None:
 
         return httpx.Response(200, content=stream())
 
-    async def parse() -> float:
-        started = time.thread_time()
-        async with mock_client(handler) as client:
-            assert len(await read_events(client)) == 5001
-        return time.thread_time() - started
-
-    async def lines() -> float:
-        started = time.thread_time()
-        http = httpx.AsyncClient(transport=httpx.MockTransport(handler))
-        async with http, http.stream("GET", "http://hermes.test/") as response:
-            count = sum([1 async for _ in response.aiter_lines()])
-        assert count > 10000
-        return time.thread_time() - started
-
-    # CPU time of this thread (everything here runs on the event loop's thread), interleaved, best of
-    # five: load elsewhere on the machine (other pytest workers) cannot skew the comparison.
-    parse_times, lines_times = [], []
-    for _ in range(5):
-        parse_times.append(await parse())
-        lines_times.append(await lines())
-    assert min(parse_times) <= 2 * min(lines_times), (min(parse_times), min(lines_times))
+    async with mock_client(handler) as client:
+        events = await read_events(client)
+    assert len(events) == 5001
+    assert [type(e).__name__ for e in events[:2]] == ["MessageDelta", "ToolCompleted"]
+    assert type(events[-1]).__name__ == "RunCompleted"
 
 
 # --- 0.22-era gateways: capabilities, replay, steer, per-run model, unknown events -------------------------

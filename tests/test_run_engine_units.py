@@ -13,7 +13,16 @@ from pheby.protocol import frames as ev
 from pheby.runs import translate as tr
 from pheby.runs.decisions import Answer, Decision, Decisions
 from pheby.runs.phase import ALLOWED, RunPhase
-from pheby.runs.reader import LOST_ERROR, Outcome, RecoveryTiming, ReplayLost, resumed_events, settle, watch_stream
+from pheby.runs.reader import (
+    LOST_ERROR,
+    Contact,
+    Outcome,
+    RecoveryTiming,
+    ReplayLost,
+    resumed_events,
+    settle,
+    watch_stream,
+)
 from pheby.runs.settled import SettledTurn, SettledTurns
 
 pytestmark = pytest.mark.anyio
@@ -447,3 +456,24 @@ async def test_a_stream_that_cannot_be_resumed_without_loss_gives_way_to_the_fal
     assert error is BROKE
     assert sleeps == [0.25, 0.5, 1.0]
     assert stubborn.asked == [None, 0, 0, 0]
+
+
+async def test_a_run_is_lost_five_seconds_after_its_stream_first_failed_however_that_time_was_spent() -> None:
+    """Through a proxy a dead Hermes looks like a reopening that connects and breaks at once: the tries to
+    resume count toward the same `unreachable_for` window as the status requests that follow."""
+    now = [0.0]
+
+    async def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    timing = RecoveryTiming()
+    contact = Contact(clock=lambda: now[0])
+    client = StreamsClient([[numbered("a", 0), BROKE], *([[BROKE]] * 10)])
+    with pytest.raises(hc.HermesUnavailable):
+        async for _ in resumed_events(client, "h", timing, contact=contact, sleep=sleep):  # type: ignore[arg-type]
+            pass
+    broke_at = 0.0  # the first failure: the stream's break, before any sleep
+    status = StatusClient([hc.HermesUnavailable("cannot reach Hermes")], now)
+    outcome = await settle(status, "h", timing, contact=contact, clock=lambda: now[0], sleep=sleep)  # type: ignore[arg-type]
+    assert outcome == Outcome("lost")
+    assert now[0] - broke_at <= timing.unreachable_for + timing.max_delay

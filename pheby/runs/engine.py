@@ -52,6 +52,7 @@ from pheby.runs.plugin_inputs import (
 from pheby.runs.reader import (
     DEFAULT_TIMING,
     LOST_ERROR,
+    Contact,
     RecoveryTiming,
     resumed_events,
     settle,
@@ -346,11 +347,12 @@ class RunManager:
         await self._turn_log.after_turn(run)
 
     async def _read(self, run: ActiveRun) -> None:
+        contact = Contact()  # one window of failures to answer, across the stream's resumption and `settle`
         try:
-            if await self._follow(run):
+            if await self._follow(run, contact):
                 await self._lost(run)
             elif not run.finished.is_set():
-                await self._recover(run)
+                await self._recover(run, contact)
         except asyncio.CancelledError:
             if not run.finished.is_set():
                 self._finish(run, "cancelled" if run.cancel_requested else "failed", "The run stream ended")
@@ -359,14 +361,16 @@ class RunManager:
             log.exception("run %s reader crashed", run.run_id)
             self._finish(run, "failed", "Internal error while streaming the run")
 
-    async def _follow(self, run: ActiveRun) -> bool:
+    async def _follow(self, run: ActiveRun, contact: Contact) -> bool:
         """Translate the run's event stream until its end or until it is lost; True when Hermes went
         silent with the stream still open (see `reader.watch_stream`)."""
         waiting_since: list[float | None] = [time.monotonic()]
 
         async def consume() -> None:
             try:
-                async with contextlib.aclosing(resumed_events(run.client, run.hermes_run_id, self._recovery)) as events:
+                async with contextlib.aclosing(
+                    resumed_events(run.client, run.hermes_run_id, self._recovery, contact=contact)
+                ) as events:
                     async for event in events:
                         waiting_since[0] = None
                         await self._perform_async(run, tr.translate(run.view, event))
@@ -397,9 +401,9 @@ class RunManager:
         await stop_lost(run.client, run.hermes_run_id, self._recovery)
         self._finish(run, "cancelled" if run.cancel_requested else "failed", LOST_ERROR)
 
-    async def _recover(self, run: ActiveRun) -> None:
+    async def _recover(self, run: ActiveRun, contact: Contact) -> None:
         """The stream is gone but the run may go on: the run stays active until Hermes says it ended."""
-        outcome = await settle(run.client, run.hermes_run_id, self._recovery)
+        outcome = await settle(run.client, run.hermes_run_id, self._recovery, contact=contact)
         if run.finished.is_set():
             return  # a cancel gave up waiting and finished it meanwhile
         match outcome.status:

@@ -57,6 +57,26 @@ class Outcome(NamedTuple):
     error: str | None = None
 
 
+class Contact:
+    """Since when Hermes has failed to answer about a run, in a row: ONE window for the stream's
+    resumption and `settle`, so a run is lost `unreachable_for` seconds after the first failure however
+    that time was spent (through a proxy a dead Hermes looks like reopenings that connect, then break)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.failing_since: float | None = None
+
+    def answered(self) -> None:
+        self.failing_since = None
+
+    def failed(self) -> float:
+        """Record a failure; how long Hermes has failed to answer, in a row."""
+        now = self.clock()
+        if self.failing_since is None:
+            self.failing_since = now
+        return now - self.failing_since
+
+
 class ReplayLost(hc.HermesUnavailable):
     """A resumed stream can't give every event after the last one seen: the gateway dropped some."""
 
@@ -66,12 +86,15 @@ async def resumed_events(
     hermes_run_id: str,
     timing: RecoveryTiming = DEFAULT_TIMING,
     *,
+    contact: Contact | None = None,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> AsyncGenerator[hc.RunEvent, None]:
     """The run's events until its terminal one, each once and in order, across breaks of a numbered stream.
 
-    Raises `HermesUnavailable` when the stream breaks and can't be resumed without loss, and whatever
-    else `HermesClient.run_events` raises (`HermesNotFound`: Hermes no longer streams the run)."""
+    Raises `HermesUnavailable` when the stream breaks and can't be resumed without loss, or Hermes has
+    failed to answer for `unreachable_for` (counted in `contact`, which `settle` goes on counting in), and
+    whatever else `HermesClient.run_events` raises (`HermesNotFound`: Hermes no longer streams the run)."""
+    contact = contact or Contact()
     last_seq: int | None = None
     failures = 0
     delay = timing.first_delay
@@ -79,6 +102,7 @@ async def resumed_events(
         try:
             async with contextlib.aclosing(client.run_events(hermes_run_id, last_event_id=last_seq)) as events:
                 async for event in events:
+                    contact.answered()
                     if type(event) is hc.ReplayTruncated:
                         raise ReplayLost("the resumed run stream lost events (replay.truncated)")
                     seq = event.seq
@@ -89,11 +113,13 @@ async def resumed_events(
                     yield event
             return
         except hc.HermesUnavailable as exc:
+            failing_for = contact.failed()
             # Resumable only where this gateway numbers its events (seen in this stream, or in the last one).
             numbered = last_seq is not None or client.stream_numbered is True
             # A reopening that can't even connect: Hermes is down, and `settle` says when it counts as lost.
             unreachable = failures > 0 and isinstance(exc.__cause__, httpx.ConnectError)
-            if not numbered or unreachable or failures >= timing.resume_tries or isinstance(exc, ReplayLost):
+            gone = unreachable or failing_for >= timing.unreachable_for or failures >= timing.resume_tries
+            if not numbered or gone or isinstance(exc, ReplayLost):
                 raise
             failures += 1
             log.info("run %s: its stream broke (%s); resuming after event %s", hermes_run_id, exc, last_seq)
@@ -106,13 +132,15 @@ async def settle(
     hermes_run_id: str,
     timing: RecoveryTiming = DEFAULT_TIMING,
     *,
+    contact: Contact | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> Outcome:
-    """Poll Hermes for the run's status until it is terminal, or the run is lost."""
+    """Poll Hermes for the run's status until it is terminal, or the run is lost (no answer for
+    `unreachable_for` in a row, counted in `contact` from the stream's first failure where one is given)."""
+    contact = contact or Contact(clock)
     delay = timing.first_delay
     started = clock()
-    unreachable_since: float | None = None
     while True:
         try:
             status = await asyncio.wait_for(client.get_run(hermes_run_id), timing.poll_timeout)
@@ -120,13 +148,12 @@ async def settle(
             log.warning("run %s: Hermes no longer knows it", hermes_run_id)
             return Outcome("lost")
         except (hc.HermesError, TimeoutError) as exc:
-            now = clock()
-            unreachable_since = now if unreachable_since is None else unreachable_since
-            if now - unreachable_since >= timing.unreachable_for:
-                log.warning("run %s: Hermes unreachable for %.1f s (%s)", hermes_run_id, now - unreachable_since, exc)
+            failing_for = contact.failed()
+            if failing_for >= timing.unreachable_for:
+                log.warning("run %s: Hermes unreachable for %.1f s (%s)", hermes_run_id, failing_for, exc)
                 return Outcome("lost")
         else:
-            unreachable_since = None
+            contact.answered()
             if status.status == "completed":
                 return Outcome("completed", status.output if isinstance(status.output, str) else "")
             if status.status == "cancelled":
