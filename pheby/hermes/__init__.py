@@ -1,5 +1,6 @@
 """The server's use of Hermes: one client per distinct gateway (`pool`), what each gateway offers
-(`features`), a conversation's transcript (`history`), memory files (`memory`), scheduled tasks
+(`features`), a conversation's transcript (`history`) and its pages served from the server's log
+(`history_pages`), memory files (`memory`), scheduled tasks
 (`tasks`), model and effort selection (`model_choice`) and what a client may offer (`capabilities`).
 
 May import: `hermes_client`, the basics, `pheby.redact`, `pheby.store`, `pheby.files`,
