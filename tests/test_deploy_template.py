@@ -7,6 +7,7 @@ the 30 s pings, the command and settings the container runs with, least-privileg
 """
 
 import re
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -227,3 +228,20 @@ def test_dockerignore_keeps_local_state_out() -> None:
         if line.strip() and not line.startswith("#")
     }
     assert {".git", ".venv*", ".local", ".pytest_cache", ".mypy_cache", ".ruff_cache"} <= patterns
+
+
+def test_everything_the_dockerfile_copies_is_in_the_build_context() -> None:
+    """A COPY source that .dockerignore leaves out of the context fails the build; and every package the
+    wheel installs must be copied in."""
+    ignored = {
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    copied = [arguments.split()[:-1] for name, arguments in dockerfile_instructions() if name == "COPY"]
+    sources = {source for sources in copied for source in sources}
+    assert not sources & ignored, sources & ignored
+    assert all((ROOT / source).exists() for source in sources), sources
+    wheel = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["hatch"]["build"]["targets"]
+    included = wheel["wheel"].get("only-include") or wheel["wheel"].get("packages")
+    assert set(included) <= sources, set(included) - sources
