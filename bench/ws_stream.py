@@ -23,8 +23,9 @@ run's events from its creation, so they measure the subscription, not the stream
 latency is printed on its own. Cases alternate round by round.
 
 Memory. The server runs in a subprocess (RLIMIT_NOFILE raised to the hard limit); after start-up and
-a few warm-up connections its RSS is read, then N connections say hello with the owner secret and get
-`ready`, and the RSS is read again: (after - before) / N. Measured once with the websockets client's
+a few warm-up connections its RSS is read, then N connections say hello and get `ready` (with the API
+tokens of N/30 + 1 accounts made in its data dir first, as an account may hold only 32 connections),
+and the RSS is read again: (after - before) / N. Measured once with the websockets client's
 default (it offers permessage-deflate; the bench checks the server accepted it) and once without compression.
 """
 
