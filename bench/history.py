@@ -23,10 +23,9 @@ from typing import Final
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
-from bench.support import free_port
-from bench.ws_stream import SECRET, AppThread, Client
+from bench.support import ServerChild, free_port
+from bench.ws_stream import SECRET, Client
 from demo_hermes.server import DemoHermesServer
-from pheby.settings import load_settings
 
 PAGE: Final = 50
 TARGET_RATIO: Final = 2.0
@@ -78,21 +77,14 @@ def main() -> None:
     sizes = sorted(int(size) for size in args.sizes.split(","))
     logging.disable(logging.INFO)
     with tempfile.TemporaryDirectory(prefix="pheby-bench-") as tmp, DemoHermesServer() as demo:
-        settings = load_settings(
-            {},
-            data_dir=Path(tmp),
-            port=free_port(),
-            secret=SECRET,
-            hermes_url=demo.base_url,
-            hermes_api_key=demo.api_key,
-        )
-        app = AppThread(settings)
-        app.start()
+        port = free_port()
+        flags = {"data_dir": tmp, "port": port, "secret": SECRET, "hermes_url": demo.base_url}
+        server = ServerChild(flags | {"hermes_api_key": demo.api_key}, Path(tmp) / "server.log")
         try:
-            results = asyncio.run(measure(f"ws://127.0.0.1:{settings.port}/ws", demo, sizes, args.rounds))
+            results = asyncio.run(measure(f"ws://127.0.0.1:{port}/ws", demo, sizes, args.rounds))
         finally:
-            app.stop()
-    print(f"conversation.open, a page of {PAGE}, median of {args.rounds} opens (demo Hermes, in-process)")
+            server.stop()
+    print(f"conversation.open, a page of {PAGE}, median of {args.rounds} opens (the server in its own process)")
     for size, (median, first) in results.items():
         print(f"  {size:>6} messages: {median * 1000:7.2f} ms   (first open, whole transcript: {first * 1000:.1f} ms)")
     ratio = results[sizes[-1]][0] / results[sizes[0]][0]

@@ -2,8 +2,8 @@
 
 Run: `.venv/bin/python bench/stream_bytes.py [--rounds N] [--words N] [--window-ms N] [--clients N]`
 
-Two servers (uvicorn from `build_uvicorn_config`, as `pheby serve` builds it) run in threads of this
-process beside the demo Hermes, alike but for the delta window: the default (`--window-ms`, 100)
+Two servers (uvicorn from `build_uvicorn_config`, as `pheby serve` builds it) run in processes of their
+own, the demo Hermes in a third, alike but for the delta window: the default (`--window-ms`, 100)
 and 0 (every Hermes delta forwarded, as before coalescing). One WebSocket client (or `--clients`,
 all of the owner account, so all receive the run), with permessage-deflate offered or not, sends
 `chat.send` with `/demo echo` of N words: the demo streams the echo one word per delta, 10 ms apart.
@@ -15,12 +15,14 @@ Cases alternate round by round.
   multiple of the answer's size (the UTF-8 bytes of its final text).
 - latency: for every Hermes delta, the time from its emission (the `timestamp` the demo puts on
   it, same clock) to the arrival of the first frame whose text is at least as long as the visible
-  draft after that delta; deltas emitted before the server's reader got its first event are left
-  out. "added" is the coalescing case minus the window-0 case.
-- CPU: the server thread's CPU time (user + system, from /proc via psutil) over the run, the demo
-  Hermes and the client being other threads; as a ratio to the window-0 case with the same
-  compression. It includes reading the run's SSE stream from Hermes (httpx), paid once per Hermes
-  delta whatever the window: with one client that is most of it.
+  draft after that delta (the server child records each delta's timestamp, see
+  `bench.support.install_delta_recorder`; one clock, one machine); deltas emitted before the
+  server's reader got its first event are left out. "added" is the coalescing case minus the
+  window-0 case.
+- CPU: the server process's CPU time (user + system, all its threads, from /proc via psutil) over
+  the run; the demo Hermes and the clients are other processes. As a ratio to the window-0 case with
+  the same compression. It includes reading the run's SSE stream from Hermes (httpx), paid once per
+  Hermes delta whatever the window.
 """
 
 import argparse
@@ -31,7 +33,6 @@ import logging
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,21 +44,9 @@ from websockets.exceptions import ConnectionClosed
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
-import hermes_client as hc
-from bench.support import free_port
-from bench.ws_stream import (
-    ORIGINAL_RUN_EVENTS,
-    RECORDER,
-    SECRET,
-    AppThread,
-    Compression,
-    message_text,
-    percentile,
-    recording_run_events,
-)
-from demo_hermes.server import DemoHermesServer
+from bench.support import DemoChild, ServerChild, free_port, read_recorded_deltas
+from bench.ws_stream import SECRET, Compression, message_text, percentile
 from pheby.files.media_tags import visible_draft
-from pheby.settings import load_settings
 
 TIMEOUT: Final = 120.0
 TARGET_WIRE_DEFLATE: Final = 3.0
@@ -160,14 +149,21 @@ class Client:
         await asyncio.wait_for(self._reader, TIMEOUT)
 
 
-def server_cpu(thread: threading.Thread) -> float:
-    for entry in psutil.Process().threads():
-        if entry.id == thread.native_id:
-            return float(entry.user_time + entry.system_time)
-    raise RuntimeError("the server thread is gone")
+class Server:
+    """A server child and what the bench reads of it: its CPU and its recorded deltas."""
+
+    def __init__(self, child: ServerChild, record_path: Path) -> None:
+        self.child = child
+        self.process = psutil.Process(child.pid)
+        self.record_path = record_path
+        self.runs = 0
+
+    def cpu(self) -> float:
+        times = self.process.cpu_times()
+        return float(times.user + times.system)
 
 
-async def one_run(clients: list[Client], proxy: CountingProxy, app: AppThread, text: str) -> RunResult:
+async def one_run(clients: list[Client], proxy: CountingProxy, server: Server, text: str) -> RunResult:
     """One run, started by the first client and received by all; figures of the first client (wire: the mean)."""
     client = clients[0]
     start = len(client.frames)
@@ -175,8 +171,7 @@ async def one_run(clients: list[Client], proxy: CountingProxy, app: AppThread, t
     created = await client.wait_for("conversation.created", start)
     marks = [len(c.frames) for c in clients]
     start = marks[0]
-    RECORDER.deltas = []
-    wire_before, cpu_before = proxy.downstream, server_cpu(app.thread)
+    wire_before, cpu_before = proxy.downstream, server.cpu()
     chat = {"type": "chat.send", "request_id": "s", "conversation_id": created["conversation_id"], "text": text}
     await client.ws.send(json.dumps(chat))
     complete = await client.wait_for("message.complete", start)
@@ -184,16 +179,18 @@ async def one_run(clients: list[Client], proxy: CountingProxy, app: AppThread, t
         await other.wait_for("run.finished", mark)
     await asyncio.sleep(0.2)  # the last bytes through the proxy
     result = RunResult(
-        wire_bytes=(proxy.downstream - wire_before) // len(clients), cpu_seconds=server_cpu(app.thread) - cpu_before
+        wire_bytes=(proxy.downstream - wire_before) // len(clients), cpu_seconds=server.cpu() - cpu_before
     )
+    server.runs += 1
+    recorded = await asyncio.to_thread(read_recorded_deltas, server.record_path, server.runs, TIMEOUT)
     frames = client.frames[start:]
     result.answer_bytes = len(str(complete["text"]).encode())
     result.payload_bytes = sum(size for _, size, _ in frames)
     arrivals = [(arrived, len(str(f["text"]))) for arrived, _, f in frames if f["type"] == "message.delta"]
     result.delta_frames = len(arrivals)
-    raw, subscribed = "", RECORDER.deltas[0][2] if RECORDER.deltas else 0.0
+    raw, subscribed = "", recorded[0][2] if recorded else 0.0
     index = 0
-    for delta, timestamp, _ in RECORDER.deltas:
+    for delta, timestamp, _ in recorded:
         raw += delta
         wanted = len(visible_draft(raw))
         while index < len(arrivals) and arrivals[index][1] < wanted:
@@ -206,7 +203,7 @@ async def one_run(clients: list[Client], proxy: CountingProxy, app: AppThread, t
 
 
 async def bench(
-    args: argparse.Namespace, ports: dict[int, int], apps: dict[int, AppThread]
+    args: argparse.Namespace, ports: dict[int, int], servers: dict[int, Server]
 ) -> dict[str, list[RunResult]]:
     text = "/demo echo " + message_text(args.words, 0)
     results: dict[str, list[RunResult]] = {}
@@ -223,7 +220,7 @@ async def bench(
                 url = f"ws://127.0.0.1:{proxies[window].port}/ws"
                 clients = [await Client.open(url, compression) for _ in range(args.clients)]
                 try:
-                    result = await one_run(clients, proxies[window], apps[window], warm if round_ == 0 else text)
+                    result = await one_run(clients, proxies[window], servers[window], warm if round_ == 0 else text)
                 finally:
                     for client in clients:
                         await client.close()
@@ -302,34 +299,29 @@ def main() -> None:
     parser.add_argument("--delta-delay", type=float, default=0.01, help="the demo Hermes's delta pacing")
     args = parser.parse_args()
     logging.disable(logging.INFO)
-    hc.HermesClient.run_events = recording_run_events  # type: ignore[method-assign]
-    try:
-        with (
-            tempfile.TemporaryDirectory(prefix="pheby-bench-") as tmp,
-            DemoHermesServer(delta_delay=args.delta_delay) as demo,
-        ):
-            apps: dict[int, AppThread] = {}
+    with tempfile.TemporaryDirectory(prefix="pheby-bench-") as tmp:
+        api_key = "bench-demo-key-0123456789abcdef"
+        demo = DemoChild(api_key, Path(tmp) / "demo.log", delta_delay=args.delta_delay)
+        servers: dict[int, Server] = {}
+        try:
             ports: dict[int, int] = {}
             for window in (args.window_ms, 0):
                 ports[window] = free_port()
-                settings = load_settings(
-                    {},
-                    data_dir=Path(tmp) / f"window-{window}",
-                    port=ports[window],
-                    secret=SECRET,
-                    hermes_url=demo.base_url,
-                    hermes_api_key=demo.api_key,
-                    ws_delta_window_ms=window,
-                )
-                apps[window] = AppThread(settings)
-                apps[window].start()
-            try:
-                results = asyncio.run(bench(args, ports, apps))
-            finally:
-                for app in apps.values():
-                    app.stop()
-    finally:
-        hc.HermesClient.run_events = ORIGINAL_RUN_EVENTS  # type: ignore[method-assign]
+                flags = {
+                    "data_dir": str(Path(tmp) / f"window-{window}"),
+                    "port": ports[window],
+                    "secret": SECRET,
+                    "hermes_url": demo.base_url,
+                    "hermes_api_key": api_key,
+                    "ws_delta_window_ms": window,
+                }
+                record = Path(tmp) / f"deltas-{window}.json"
+                servers[window] = Server(ServerChild(flags, Path(tmp) / f"server-{window}.log", record), record)
+            results = asyncio.run(bench(args, ports, servers))
+        finally:
+            for server in servers.values():
+                server.child.stop()
+            demo.stop()
     report(results, args)
 
 

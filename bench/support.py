@@ -1,20 +1,37 @@
 """What the benchmarks share: free loopback ports, a server in a child process (started, waited for,
-stopped by PID), and a file-descriptor limit raised for many connections."""
+stopped by PID), the demo Hermes in a child process, and a file-descriptor limit raised for many connections.
+
+The server and the demo Hermes run in processes of their own (`python -m bench.support serve|demo ...`),
+so the server's CPU is that process's CPU and nothing else's, and no thread of the bench (clients
+decompressing and decoding frames, the demo generating deltas) holds the server's GIL. A server child
+can record the text deltas its run reader got (Hermes's `timestamp` and the time they reached the
+reader) to a JSON file, written when a run's stream ends: that is how a bench times a delta's path.
+"""
 
 import contextlib
+import itertools
 import json
+import os
 import resource
+import signal
 import socket
 import subprocess
+import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
+from pathlib import Path
+from typing import Any
 
 import httpx
 import uvicorn
 
+import hermes_client as hc
 from handlers.support.app import create_app
 from pheby.server import build_uvicorn_config
 from pheby.settings import load_settings
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def free_port() -> int:
@@ -63,3 +80,135 @@ def serve_child(flags_json: str) -> None:
     raise_nofile_limit()
     settings = load_settings({}, **json.loads(flags_json))
     uvicorn.Server(build_uvicorn_config(settings, create_app(settings))).run()
+
+
+# --- the server and the demo Hermes in processes of their own ---------------------------------------
+
+RecordedDelta = tuple[str, float, float]  # delta, Hermes's timestamp, time the server's reader got it
+
+
+def install_delta_recorder(path: Path) -> None:
+    """Wrap `HermesClient.run_events` (in this process) so each run's text deltas are written to `path`
+    as `{"seq": n, "deltas": [[delta, timestamp, received], ...]}` when its stream ends (n counts runs)."""
+    original = hc.HermesClient.run_events
+    runs = itertools.count(1)
+
+    async def recording(
+        self: hc.HermesClient, run_id: str, last_event_id: int | str | None = None
+    ) -> AsyncGenerator[hc.RunEvent, None]:
+        deltas: list[RecordedDelta] = []
+        try:
+            async for event in original(self, run_id, last_event_id):
+                if type(event) is hc.MessageDelta:
+                    deltas.append((event.delta, event.timestamp, time.time()))
+                yield event
+        finally:
+            partial = path.with_suffix(".partial")
+            partial.write_text(json.dumps({"seq": next(runs), "deltas": deltas}))
+            os.replace(partial, path)
+
+    hc.HermesClient.run_events = recording  # type: ignore[method-assign]
+
+
+def read_recorded_deltas(path: Path, seq: int, timeout: float) -> list[RecordedDelta]:
+    """The deltas of the `seq`-th run a server child recorded (waits, bounded, for its stream to end)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            recorded = json.loads(path.read_text())
+            if recorded["seq"] >= seq:
+                return [(str(d), float(t), float(r)) for d, t, r in recorded["deltas"]]
+        time.sleep(0.02)
+    raise RuntimeError(f"the server recorded no run {seq} within {timeout:g} s")
+
+
+def _wait_for_sigterm() -> None:
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    while not stop.wait(1.0):
+        pass
+
+
+class ChildProcess:
+    """A `python -m bench.support ...` child, its output in `log_path`; stopped by PID."""
+
+    def __init__(self, arguments: list[str], log_path: Path) -> None:
+        self.log_path = log_path
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with log_path.open("wb") as log:
+            command = [sys.executable, "-m", "bench.support", *arguments]
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def log_tail(self) -> str:
+        with contextlib.suppress(OSError):
+            return self.log_path.read_text(errors="replace")[-4000:]
+        return ""
+
+    def stop(self) -> None:
+        stop_process(self.process)
+
+
+class ServerChild(ChildProcess):
+    """The server in a child process, with settings from `flags` (as `load_settings` takes them) and
+    its text deltas recorded to `record_path` if given (see `install_delta_recorder`)."""
+
+    def __init__(
+        self, flags: dict[str, Any], log_path: Path, record_path: Path | None = None, timeout: float = 60
+    ) -> None:
+        arguments = ["serve", json.dumps(flags)] + ([str(record_path)] if record_path else [])
+        super().__init__(arguments, log_path)
+        self.base_url = f"http://127.0.0.1:{flags['port']}"
+        try:
+            wait_until_up(self.process, self.base_url, timeout, self.log_tail)
+        except Exception:
+            self.stop()
+            raise
+
+
+class DemoChild(ChildProcess):
+    """The demo Hermes in a child process (`options`: `DemoOptions` fields); `base_url` once it is up."""
+
+    def __init__(self, api_key: str, log_path: Path, timeout: float = 60, **options: Any) -> None:
+        self.api_key = api_key
+        port_file = log_path.with_suffix(".port")
+        port_file.unlink(missing_ok=True)
+        super().__init__(["demo", json.dumps({"api_key": api_key, **options}), str(port_file)], log_path)
+        deadline = time.monotonic() + timeout
+        while not port_file.exists() or not port_file.read_text().strip():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the demo Hermes did not start:\n{self.log_tail()}")
+            time.sleep(0.05)
+        self.base_url = f"http://127.0.0.1:{int(port_file.read_text())}"
+
+
+def _demo_child(options_json: str, port_file: str) -> None:
+    from demo_hermes.server import DemoHermesServer  # only the demo child needs it
+
+    with DemoHermesServer(**json.loads(options_json)) as demo:
+        partial = Path(port_file + ".partial")
+        partial.write_text(str(demo.port))
+        os.replace(partial, port_file)
+        _wait_for_sigterm()
+
+
+def _serve_recording_child(flags_json: str, record_path: str | None) -> None:
+    import logging
+
+    logging.disable(logging.INFO)
+    if record_path:
+        install_delta_recorder(Path(record_path))
+    serve_child(flags_json)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "serve":
+        _serve_recording_child(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)
+    elif sys.argv[1] == "demo":
+        _demo_child(sys.argv[2], sys.argv[3])
+    else:
+        raise SystemExit(f"unknown child mode {sys.argv[1]!r}")

@@ -7,7 +7,8 @@ Upload. Two uvicorn servers run in subprocesses on loopback ports, both with the
 data dir, HERMES_URL at a closed port: uploads never call Hermes) and two bare ASGI apps as
 baselines: one reads and discards the body and answers 201; the other ("durable") does the durable
 work the server does and nothing else: it writes the body to a temporary file as it arrives, fsyncs
-it (in a worker thread) and renames it into place before the 201. Three uvicorn servers in all. An
+it (in a worker thread), renames it into place, fsyncs the directory and commits a row durably to
+SQLite (`pheby.db.Database`, `durable=True`) before the 201. Three uvicorn servers in all. An
 `httpx.AsyncClient` in this process streams 64 MiB to each as an async generator of 256 KiB chunks (so
 the body is chunked, with no Content-Length), rounds rotating the order; the median time of each gives
 MB/s and the server/baseline ratios. The body is `application/octet-stream`, so the server stores it
@@ -107,8 +108,28 @@ async def bare_app(scope: Scope, receive: Receive, send: Send) -> None:
 
 
 def durable_app(directory: Path) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
-    """Like `bare_app`, but the body is written to a file in `directory`, fsynced and renamed into place."""
+    """Like `bare_app`, but with the durable work of a Pheby upload: the body is written to a file in
+    `directory`, fsynced, renamed into place and the directory fsynced (the new name survives a crash
+    too), then a row is committed durably to an SQLite database (WAL, fsynced at commit, through
+    `pheby.db.Database` as the server's row is), all before the 201."""
     directory.mkdir(parents=True, exist_ok=True)
+    database: list[Database] = []
+
+    async def record(name: str, size: int) -> None:
+        if not database:
+            db = Database(directory.parent / "durable.sqlite3")
+            await db.open()
+            await db.run(lambda c: c.execute("CREATE TABLE IF NOT EXISTS uploads (name TEXT, size INTEGER)"))
+            database.append(db)
+        insert = "INSERT INTO uploads (name, size) VALUES (?, ?)"
+        await database[0].transaction(lambda c: c.execute(insert, (name, size)), durable=True)
+
+    def fsync_directory() -> None:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] == "GET":
@@ -131,6 +152,8 @@ def durable_app(directory: Path) -> Callable[[Scope, Receive, Send], Awaitable[N
             file.flush()
             await asyncio.to_thread(os.fsync, file.fileno())
         partial.replace(final)
+        await asyncio.to_thread(fsync_directory)
+        await record(name, size)
         body = json.dumps({"size": size}).encode()
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         await send({"type": "http.response.start", "status": 201, "headers": headers})

@@ -3,8 +3,9 @@
 Run: `.venv/bin/python bench/ws_stream.py [--rounds N] [--words N] [--connections N] [--no-compression]`
 
 Latency. The demo Hermes and the server (uvicorn from `build_uvicorn_config`, as `pheby serve` builds
-it) run in threads of this process, so every timestamp comes from the same clock. A delta's emission
-time is the `timestamp` Hermes puts on its `message.delta`. The reply is the demo's echo of a long
+it) run in processes of their own, the clients in this one (so their decoding and decompression
+never hold the server's GIL); one machine, one clock. A delta's emission time is the `timestamp`
+Hermes puts on its `message.delta`. The reply is the demo's echo of a long
 plain message, one word per delta at the demo's default pacing (10 ms).
 - direct: the bench starts the run on the demo Hermes and reads its SSE with `HermesClient.run_events`;
   latency = arrival - timestamp.
@@ -12,8 +13,9 @@ plain message, one word per delta at the demo's default pacing (10 ms).
   the path's own latency; bench/stream_bytes.py measures coalescing), a WebSocket client (or ten,
   all of the owner account) sends `chat.send`; latency of each
   `message.delta` frame = arrival - timestamp of the Hermes delta that made that (cumulative, visible)
-  text. The bench finds that timestamp by wrapping `HermesClient.run_events` in this process only
-  (events pass through unchanged) and replaying the deltas through `pheby.files.media_tags.visible_draft`,
+  text. The bench finds that timestamp by wrapping `HermesClient.run_events` in the server's process
+  (`bench.support.install_delta_recorder`: events pass through unchanged, the deltas are written to a
+  file when the run's stream ends) and replaying the deltas through `pheby.files.media_tags.visible_draft`,
   as the server does. The wrapper also notes when the server's reader got each event, which splits
   the server-path latency into Hermes -> server reader and server reader -> client.
 Deltas emitted before the path's stream consumer got its first event are left out (Hermes buffers a
@@ -21,8 +23,9 @@ run's events from its creation, so they measure the subscription, not the stream
 latency is printed on its own. Cases alternate round by round.
 
 Memory. The server runs in a subprocess (RLIMIT_NOFILE raised to the hard limit); after start-up and
-a few warm-up connections its RSS is read, then N connections say hello with the owner secret and get
-`ready`, and the RSS is read again: (after - before) / N. Measured once with the websockets client's
+a few warm-up connections its RSS is read, then N connections say hello and get `ready` (with the API
+tokens of N/30 + 1 accounts made in its data dir first, as an account may hold only 32 connections),
+and the RSS is read again: (after - before) / N. Measured once with the websockets client's
 default (it offers permessage-deflate; the bench checks the server accepted it) and once without compression.
 """
 
@@ -36,33 +39,38 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final, Literal
 
 import msgspec
 import psutil
-import uvicorn
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
 import hermes_client as hc
-from bench.support import free_port, raise_nofile_limit, serve_child, stop_process, wait_until_up
-from demo_hermes.server import DemoHermesServer
-from handlers.support.app import create_app
+from bench.support import (
+    DemoChild,
+    ServerChild,
+    free_port,
+    raise_nofile_limit,
+    read_recorded_deltas,
+    serve_child,
+    stop_process,
+    wait_until_up,
+)
+from pheby.db import Database
 from pheby.files.media_tags import visible_draft
-from pheby.server import build_uvicorn_config
-from pheby.settings import Settings, load_settings
+from pheby.store.accounts import Accounts
 
 SECRET: Final = "bench-owner-secret-0123456789abcdef"
 TARGET_ADDED_P99_MS: Final = 2.0
 TARGET_KIB_PER_CONNECTION: Final = 64.0
 TIMEOUT: Final = 60.0
-OPEN_CONCURRENCY: Final = 50
+OPEN_CONCURRENCY: Final = 6  # the server lets a source address hold 8 sockets that have not said hello
 WORDS: Final = (
     "streaming", "tokens", "reach", "the", "phone", "through", "a", "WebSocket", "while", "Hermes", "keeps",
     "thinking;", "each", "delta", "carries", "whole", "draft", "so", "far,", "and", "clients", "render", "it.",
@@ -71,28 +79,19 @@ WORDS: Final = (
 Compression = Literal["deflate"] | None
 
 
-# --- timing the server path: a pass-through wrapper of HermesClient.run_events ------------------------
+# --- timing the server path: the deltas the server child recorded --------------------------------------
 
 
-class Recorder:
-    """The text deltas the server's run reader got, with Hermes's timestamp and the time they reached it."""
+class Recorded:
+    """Where the server child records its runs' deltas, and how many runs it has recorded."""
 
-    def __init__(self) -> None:
-        self.deltas: list[tuple[str, float, float]] = []
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.runs = 0
 
-
-RECORDER: Final = Recorder()
-ORIGINAL_RUN_EVENTS: Final = hc.HermesClient.run_events
-
-
-async def recording_run_events(
-    self: hc.HermesClient, run_id: str, last_event_id: int | str | None = None
-) -> AsyncGenerator[hc.RunEvent, None]:
-    deltas = RECORDER.deltas
-    async for event in ORIGINAL_RUN_EVENTS(self, run_id, last_event_id):
-        if type(event) is hc.MessageDelta:
-            deltas.append((event.delta, event.timestamp, time.time()))
-        yield event
+    async def next_run(self) -> list[tuple[str, float, float]]:
+        self.runs += 1
+        return await asyncio.to_thread(read_recorded_deltas, self.path, self.runs, TIMEOUT)
 
 
 def times_by_visible_text(deltas: Sequence[tuple[str, float, float]]) -> dict[str, tuple[float, float]]:
@@ -119,18 +118,19 @@ FRAME_DECODER: Final = msgspec.json.Decoder(Frame)
 _request_ids = itertools.count(1)
 
 
-async def open_socket(url: str, compression: Compression) -> ClientConnection:
-    """Connect and authenticate as the owner; returns once `ready` has arrived."""
+async def open_socket(url: str, compression: Compression, secret: str = SECRET) -> ClientConnection:
+    """Connect and authenticate (as the owner by default); returns once `ready` has arrived."""
     ws = await connect(url, max_size=None, compression=compression, open_timeout=TIMEOUT)
     if compression is not None and not ws.protocol.extensions:
         await ws.close()
         raise RuntimeError("the server did not accept permessage-deflate")
-    hello = {"type": "hello", "request_id": "hello", "secret": SECRET, "protocol_version": 1}
+    hello = {"type": "hello", "request_id": "hello", "secret": secret, "protocol_version": 1}
     await ws.send(json.dumps(hello))
-    first = FRAME_DECODER.decode(await asyncio.wait_for(ws.recv(), TIMEOUT))
+    raw = await asyncio.wait_for(ws.recv(), TIMEOUT)
+    first = FRAME_DECODER.decode(raw)
     if first.type != "ready":
         await ws.close()
-        raise RuntimeError(f"hello was answered with {first.type}")
+        raise RuntimeError(f"hello was answered with {raw!r}")
     return ws
 
 
@@ -193,7 +193,7 @@ def message_text(words: int, seed: int) -> str:
 async def direct_run(hermes: hc.HermesClient, text: str, samples: Samples | None) -> None:
     handle = await hermes.create_run(text)
     arrivals: list[tuple[float, float]] = []
-    async for event in ORIGINAL_RUN_EVENTS(hermes, handle.run_id):
+    async for event in hermes.run_events(handle.run_id):
         if type(event) is hc.MessageDelta:
             arrivals.append((time.time(), event.timestamp))
     if samples is None or not arrivals:
@@ -207,19 +207,18 @@ async def direct_run(hermes: hc.HermesClient, text: str, samples: Samples | None
             samples.total.append(arrived - timestamp)
 
 
-async def server_run(clients: list[Client], text: str, samples: Samples | None) -> None:
+async def server_run(clients: list[Client], text: str, samples: Samples | None, recorded_runs: Recorded) -> None:
     driver = clients[0]
     created = await driver.request("conversation.create", name="bench")
     conversation_id = created.conversation_id
     for client in clients:
         client.run_finished.clear()
     marks = [len(client.frames) for client in clients]
-    RECORDER.deltas = []
     await driver.request("chat.send", conversation_id=conversation_id, text=text)
     await asyncio.wait_for(asyncio.gather(*(client.run_finished.wait() for client in clients)), TIMEOUT)
+    recorded = await recorded_runs.next_run()
     if samples is None:
         return
-    recorded = list(RECORDER.deltas)
     table = times_by_visible_text(recorded)
     subscribed = recorded[0][2] if recorded else 0.0
     for index, (client, mark) in enumerate(zip(clients, marks, strict=True)):
@@ -243,28 +242,8 @@ async def server_run(clients: list[Client], text: str, samples: Samples | None) 
             samples.downstream.append(arrived - received)
 
 
-class AppThread:
-    """The server in a thread of this process, started and stopped like tests/live_server.py does."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.server = uvicorn.Server(build_uvicorn_config(settings, create_app(settings)))
-        self.thread = threading.Thread(target=self.server.run, name="pheby-bench", daemon=True)
-
-    def start(self) -> None:
-        self.thread.start()
-        deadline = time.monotonic() + TIMEOUT
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the server did not start")
-            time.sleep(0.02)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=TIMEOUT)
-
-
 async def latency_cases(
-    ws_url: str, demo: DemoHermesServer, args: argparse.Namespace
+    ws_url: str, demo: DemoChild, recorded: Recorded, args: argparse.Namespace
 ) -> tuple[dict[str, Samples], int]:
     cases = {"direct SSE": Samples(), "server, 1 client": Samples(), f"server, {args.clients} clients": Samples()}
     direct, one, many = cases.values()
@@ -273,14 +252,15 @@ async def latency_cases(
     try:
         warm = message_text(20, 0)
         await direct_run(hermes, warm, None)
-        await server_run(clients, warm, None)
+        await server_run(clients, warm, None, recorded)
         for round_ in range(args.rounds):
             text = message_text(args.words, round_)
             await direct_run(hermes, text, direct)
-            await server_run(clients, text, one)
-            extra = await asyncio.gather(*(Client.open(ws_url, args.compression) for _ in range(args.clients - 1)))
+            await server_run(clients, text, one, recorded)
+            # One at a time: a source address may hold only 8 sockets that have not said hello yet.
+            extra = [await Client.open(ws_url, args.compression) for _ in range(args.clients - 1)]
             try:
-                await server_run([*clients, *extra], text, many)
+                await server_run([*clients, *extra], text, many, recorded)
             finally:
                 await asyncio.gather(*(client.close() for client in extra))
     finally:
@@ -341,14 +321,15 @@ def report_latency(cases: dict[str, Samples], deltas_per_run: int, args: argpars
 # --- memory per idle connection, in a subprocess --------------------------------------------------
 
 
-async def open_many(url: str, count: int, compression: Compression) -> list[ClientConnection]:
+async def open_many(url: str, count: int, compression: Compression, secrets: Sequence[str]) -> list[ClientConnection]:
+    """`count` sockets, said hello with `secrets` in turn (an account may hold only 32 connections)."""
     gate = asyncio.Semaphore(OPEN_CONCURRENCY)
 
-    async def one() -> ClientConnection:
+    async def one(secret: str) -> ClientConnection:
         async with gate:
-            return await open_socket(url, compression)
+            return await open_socket(url, compression, secret)
 
-    results = await asyncio.gather(*(one() for _ in range(count)), return_exceptions=True)
+    results = await asyncio.gather(*(one(secrets[i % len(secrets)]) for i in range(count)), return_exceptions=True)
     sockets = [r for r in results if isinstance(r, ClientConnection)]
     failures = [r for r in results if not isinstance(r, ClientConnection)]
     if failures:
@@ -368,14 +349,29 @@ async def close_many(sockets: list[ClientConnection]) -> None:
     await asyncio.gather(*(one(ws) for ws in sockets))
 
 
+async def api_tokens(data_dir: Path, accounts: int) -> list[str]:
+    """Make `accounts` accounts in the data dir's database, each with an API token; return the tokens."""
+    db = Database(data_dir / "pheby.sqlite3")
+    await db.open()
+    try:
+        store = Accounts(db)
+        tokens = []
+        for index in range(accounts):
+            account = await store.create(f"bench-{index}")
+            tokens.append((await store.issue_token(account.id, "api", None)).token)
+        return tokens
+    finally:
+        await db.close()
+
+
 async def connection_memory(
-    process: psutil.Process, ws_url: str, count: int, compression: Compression
+    process: psutil.Process, ws_url: str, count: int, compression: Compression, secrets: Sequence[str]
 ) -> tuple[int, int]:
-    warm = await open_many(ws_url, 10, compression)
+    warm = await open_many(ws_url, 10, compression, secrets)
     await close_many(warm)
     await asyncio.sleep(1.0)
     before = process.memory_info().rss
-    sockets = await open_many(ws_url, count, compression)
+    sockets = await open_many(ws_url, count, compression, secrets)
     try:
         await asyncio.sleep(2.0)
         after = process.memory_info().rss
@@ -384,7 +380,7 @@ async def connection_memory(
     return before, after
 
 
-def measure_memory(demo: DemoHermesServer, data_dir: Path, count: int, compression: Compression) -> tuple[int, int]:
+def measure_memory(demo: DemoChild, data_dir: Path, count: int, compression: Compression) -> tuple[int, int]:
     port = free_port()
     flags = {
         "data_dir": str(data_dir),
@@ -395,6 +391,7 @@ def measure_memory(demo: DemoHermesServer, data_dir: Path, count: int, compressi
         "ws_hello_timeout": 30.0,
     }
     data_dir.mkdir(parents=True, exist_ok=True)
+    secrets = asyncio.run(api_tokens(data_dir, count // 30 + 1))
     log_path = data_dir / "server.log"
     with log_path.open("wb") as log:
         command = [sys.executable, str(Path(__file__).resolve()), "--serve-child", json.dumps(flags)]
@@ -402,7 +399,7 @@ def measure_memory(demo: DemoHermesServer, data_dir: Path, count: int, compressi
     try:
         wait_until_up(process, f"http://127.0.0.1:{port}", TIMEOUT)
         return asyncio.run(
-            connection_memory(psutil.Process(process.pid), f"ws://127.0.0.1:{port}/ws", count, compression)
+            connection_memory(psutil.Process(process.pid), f"ws://127.0.0.1:{port}/ws", count, compression, secrets)
         )
     except Exception:
         print(log_path.read_text(errors="replace")[-4000:], file=sys.stderr)
@@ -437,37 +434,35 @@ def main() -> None:
 
     raise_nofile_limit()
     logging.disable(logging.INFO)  # no line per Hermes request or scheduler step in the output
-    hc.HermesClient.run_events = recording_run_events  # type: ignore[method-assign]
-    try:
-        with (
-            tempfile.TemporaryDirectory(prefix="pheby-bench-") as tmp,
-            DemoHermesServer(delta_delay=args.delta_delay) as demo,
-        ):
-            settings = load_settings(
-                {},
-                data_dir=Path(tmp) / "latency",
-                port=free_port(),
-                secret=SECRET,
-                hermes_url=demo.base_url,
-                hermes_api_key=demo.api_key,
-                ws_hello_timeout=30.0,
-                ws_delta_window_ms=0,  # every delta forwarded: the latency of the path itself, not of coalescing
-            )
-            app = AppThread(settings)
-            app.start()
+    with tempfile.TemporaryDirectory(prefix="pheby-bench-") as tmp:
+        api_key = "bench-demo-key-0123456789abcdef"
+        demo = DemoChild(api_key, Path(tmp) / "demo.log", delta_delay=args.delta_delay)
+        try:
+            port = free_port()
+            flags = {
+                "data_dir": str(Path(tmp) / "latency"),
+                "port": port,
+                "secret": SECRET,
+                "hermes_url": demo.base_url,
+                "hermes_api_key": api_key,
+                "ws_hello_timeout": 30.0,
+                "ws_delta_window_ms": 0,  # every delta forwarded: the latency of the path itself, not of coalescing
+            }
+            recorded = Recorded(Path(tmp) / "deltas.json")
+            server = ServerChild(flags, Path(tmp) / "server.log", recorded.path)
             try:
-                cases, deltas_per_run = asyncio.run(latency_cases(f"ws://127.0.0.1:{settings.port}/ws", demo, args))
+                cases, deltas_per_run = asyncio.run(latency_cases(f"ws://127.0.0.1:{port}/ws", demo, recorded, args))
             finally:
-                app.stop()
+                server.stop()
+            report_latency(cases, deltas_per_run, args)
             memory = {
                 "websockets default (permessage-deflate)": measure_memory(
                     demo, Path(tmp) / "mem-deflate", args.connections, "deflate"
                 ),
                 "no compression": measure_memory(demo, Path(tmp) / "mem-plain", args.connections, None),
             }
-    finally:
-        hc.HermesClient.run_events = ORIGINAL_RUN_EVENTS  # type: ignore[method-assign]
-    report_latency(cases, deltas_per_run, args)
+        finally:
+            demo.stop()
     report_memory(memory, args.connections)
 
 

@@ -4,11 +4,14 @@ uvicorn bounds the time to the first byte of a request line, not a body read: a 
 announces 100 bytes and sends one would keep a handler (and a quota reservation) waiting. Each
 body read may wait `seconds` at most; once the body is complete, reads pass straight through, so
 a streamed response waiting for the client to disconnect is never cut short.
+
+The deadline is `asyncio.timeout` (the server runs on asyncio): a 64 MiB upload is a thousand
+reads or so, and anyio's `fail_after` costs about three times as much per read.
 """
 
+import asyncio
 from typing import Any
 
-import anyio
 from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Receive, Scope, Send
 
@@ -31,7 +34,7 @@ class BodyIdleTimeout:
             if body_done:
                 return await receive()
             try:
-                with anyio.fail_after(self._seconds):
+                async with asyncio.timeout(self._seconds):
                     message = await receive()
             except TimeoutError:
                 raise RequestTimeout(f"No request body bytes for {self._seconds:g} seconds") from None
