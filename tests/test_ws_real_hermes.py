@@ -75,7 +75,9 @@ async def test_approval_once(server: LiveServer, real_hermes: RealHermes) -> Non
     resolved = await client.expect("approval.resolved", approval_id=request["approval_id"])
     assert resolved["accepted"] is True
     assert resolved["request_id"] == "a1"
-    completed = await client.expect("tool.event", run_id=run_id, tool_call_id=running["tool_call_id"], timeout=60)
+    completed = await client.arrived(
+        "tool.event", run_id=run_id, tool_call_id=running["tool_call_id"], status="completed", timeout=60
+    )
     assert completed["status"] == "completed"
     finished = await client.expect("run.finished", run_id=run_id, timeout=60)
     assert finished["status"] == "completed"
@@ -90,7 +92,7 @@ async def test_approval_deny(server: LiveServer, real_hermes: RealHermes) -> Non
     request = await client.expect("approval.request", run_id=run_id, timeout=60)
     await client.send("approval.respond", approval_id=request["approval_id"], choice="deny", reason="no")
     await client.expect("approval.resolved", approval_id=request["approval_id"], choice="deny")
-    failed_tool = await client.expect("tool.event", run_id=run_id, status="failed", timeout=60)
+    failed_tool = await client.arrived("tool.event", run_id=run_id, status="failed", timeout=60)
     assert failed_tool["tool_name"] == "terminal"
     finished = await client.expect("run.finished", run_id=run_id, timeout=60)
     assert finished["status"] == "completed"  # a deny is not a failure

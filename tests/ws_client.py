@@ -85,6 +85,13 @@ class PhebyClient:
             lambda f: f.get("request_id") == request_id and f.get("type") in (reply, "error"), timeout
         )
 
+    async def arrived(self, type_: str, timeout: float = 10.0, **fields: Any) -> Frame:
+        """A matching frame received at any time, already or from now on: for events whose order with the
+        ones awaited before is not defined (a run's next events may reach the stream before the answer
+        to an approval's POST returns, so they may be broadcast before `approval.resolved`)."""
+        already = self.seen(type_, **fields)
+        return already[0] if already else await self.expect(type_, timeout, **fields)
+
     def seen(self, type_: str, **fields: Any) -> list[Frame]:
         return [f for f in self.frames if f.get("type") == type_ and all(f.get(k) == v for k, v in fields.items())]
 
