@@ -91,8 +91,6 @@ NOT_TRANSLATIONS = {
 LEFT_AS_THEY_ARE = {
     # Hermes no longer knows the approval: the protocol's own approval_not_found, an outcome, not a failure.
     ("pheby/runs/engine.py", "ApprovalNotFound"),
-    # Every failure reading history is `unavailable` here; left to the branch that reworks this module.
-    ("handlers/ws/conversation_open.py", "Unavailable"),
 }
 
 

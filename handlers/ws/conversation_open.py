@@ -24,10 +24,12 @@ import msgspec
 import hermes_client as hc
 from handlers.ws.support.context import WsContext, rid
 from handlers.ws.support.messages import ClientMessage
-from pheby.errors import Unavailable
+from pheby.hermes.failures import hermes_failure
 from pheby.hermes.history import HISTORY_LIMIT_DEFAULT, HISTORY_LIMIT_MAX, page
 from pheby.protocol.frames import ConversationHistory
 from pheby.store.attachments import pheby_descriptor
+
+HISTORY_UNAVAILABLE = "Hermes is unavailable; history can't be loaded right now"
 
 
 class ConversationOpen(ClientMessage, frozen=True, tag="conversation.open"):
@@ -50,8 +52,8 @@ async def handle(ctx: WsContext, msg: ConversationOpen) -> None:
                 msg.before_message_id,
                 runs.finished_turns_after(conversation.id),
             )
-        except hc.HermesError:
-            raise Unavailable("Hermes is unavailable; history can't be loaded right now") from None
+        except hc.HermesError as exc:  # any failure reading it: history can't be loaded now
+            raise hermes_failure(exc, failed=HISTORY_UNAVAILABLE, unavailable=HISTORY_UNAVAILABLE) from None
         attachments = await services.attachments.for_conversation(ctx.account.id, conversation.id)  # the last await
         # From here to the reply, no await: no broadcast can come between the run state and the snapshot.
         shown = runs.with_finished_turns(conversation.id, shown)
