@@ -1,14 +1,14 @@
 """A run whose event stream is lost: it stays the conversation's run until Hermes says how it ended.
 
-A TCP proxy between the server and the demo Hermes cuts the stream (new connections still pass),
-or Hermes is stopped (and later a new one is started behind the same proxy).
+A TCP proxy (tests/tcp_proxy.py) between the server and the demo Hermes cuts the stream (new
+connections still pass), freezes (nothing moves), refuses new connections, or Hermes is stopped (and later a new one is
+started behind the same proxy).
 """
 
 import asyncio
-import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -16,6 +16,7 @@ import pytest
 from demo_hermes import DemoHermesServer
 from pheby.settings import Settings
 from tests.live_server import LiveServer
+from tests.tcp_proxy import TcpProxy
 from tests.test_attachments_e2e import upload
 from tests.ws_client import PhebyClient
 
@@ -24,79 +25,16 @@ pytestmark = [pytest.mark.anyio, pytest.mark.live]
 SLOW_TEXT = "".join(f"tick {i} " for i in range(100))  # what `/demo slow` answers, in 5 s
 
 
-class CuttingProxy:
-    """A loopback TCP proxy whose open connections can be cut, and whose upstream can be swapped."""
-
-    def __init__(self, upstream_port: int) -> None:
-        self.upstream_port: int | None = upstream_port
-        self._server: asyncio.Server | None = None
-        self._transports: set[asyncio.StreamWriter] = set()
-        self._flowing = asyncio.Event()
-        self._flowing.set()
-
-    async def start(self) -> int:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        port: int = self._server.sockets[0].getsockname()[1]
-        return port
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._transports.add(writer)
-        await self._flowing.wait()  # frozen: the connection is held open, and nothing answers
-        if self.upstream_port is None:
-            writer.transport.abort()
-            return
-        try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
-        except OSError:
-            writer.transport.abort()
-            return
-        self._transports.update((writer, up_writer))
-
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-            with contextlib.suppress(OSError):
-                while data := await src.read(65536):
-                    await self._flowing.wait()
-                    dst.write(data)
-                    await dst.drain()
-            dst.transport.abort()
-
-        try:
-            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
-        except asyncio.CancelledError:
-            writer.transport.abort()
-            up_writer.transport.abort()
-        finally:
-            self._transports.difference_update((writer, up_writer))
-
-    def freeze(self) -> None:
-        """Like a host that went silent: connections stay open, but no byte moves any more."""
-        self._flowing.clear()
-
-    def cut(self) -> None:
-        """Drop every open connection (new ones are let through)."""
-        for writer in list(self._transports):
-            writer.transport.abort()
-
-    async def stop(self) -> None:
-        self._flowing.set()
-        self.cut()
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-
-
 @pytest.fixture
-async def proxied(
+def proxied(
     demo_hermes: DemoHermesServer,
     start_live_server: Callable[[Settings], LiveServer],
     live_settings: Callable[..., Settings],
-) -> AsyncIterator[tuple[LiveServer, CuttingProxy]]:
-    proxy = CuttingProxy(demo_hermes.port)
-    port = await proxy.start()
-    url = f"http://127.0.0.1:{port}"
-    server = start_live_server(live_settings(hermes_url=url, hermes_dashboard_url=url))
-    yield server, proxy
-    await proxy.stop()
+    make_tcp_proxy: Callable[..., TcpProxy],
+) -> tuple[LiveServer, TcpProxy]:
+    proxy = make_tcp_proxy(demo_hermes.port)
+    server = start_live_server(live_settings(hermes_url=proxy.url, hermes_dashboard_url=proxy.url))
+    return server, proxy
 
 
 async def open_chat(server: LiveServer) -> tuple[PhebyClient, str]:
@@ -109,7 +47,7 @@ async def send(client: PhebyClient, conversation_id: str, text: str) -> dict[str
     return await client.request("chat.send", "run.accepted", conversation_id=conversation_id, text=text)
 
 
-async def test_a_cut_stream_keeps_the_run_until_hermes_ends_it(proxied: tuple[LiveServer, CuttingProxy]) -> None:
+async def test_a_cut_stream_keeps_the_run_until_hermes_ends_it(proxied: tuple[LiveServer, TcpProxy]) -> None:
     server, proxy = proxied
     client, conversation_id = await open_chat(server)
     accepted = await client.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo slow")
@@ -138,11 +76,11 @@ async def test_a_run_finished_after_its_stream_was_cut_delivers_its_files_and_an
     start_live_server: Callable[[Settings], LiveServer],
     live_settings: Callable[..., Settings],
     make_demo_hermes: Callable[..., DemoHermesServer],
+    make_tcp_proxy: Callable[..., TcpProxy],
 ) -> None:
     hermes = make_demo_hermes(delta_delay=0.3)  # slow enough to cut each reply mid-way
-    proxy = CuttingProxy(hermes.port)
-    port = await proxy.start()
-    url = f"http://127.0.0.1:{port}"
+    proxy = make_tcp_proxy(hermes.port)
+    url = proxy.url
     server = start_live_server(
         live_settings(hermes_url=url, hermes_dashboard_url=url, hermes_api_key=hermes.api_key,
                       hermes_dashboard_token=hermes.dashboard_token, media_roots=(hermes.media_dir,))
@@ -178,10 +116,10 @@ async def test_a_run_finished_after_its_stream_was_cut_delivers_its_files_and_an
         assert client.seen("message.complete")[-1]["text"] == "Approved (once). I removed /tmp/build-output."
         await client.close()
     finally:
-        await proxy.stop()
+        proxy.stop()
 
 
-async def test_a_cancel_while_the_stream_is_lost_still_cancels(proxied: tuple[LiveServer, CuttingProxy]) -> None:
+async def test_a_cancel_while_the_stream_is_lost_still_cancels(proxied: tuple[LiveServer, TcpProxy]) -> None:
     server, proxy = proxied
     client, conversation_id = await open_chat(server)
     accepted = await client.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo slow")
@@ -197,11 +135,11 @@ async def test_a_cancel_while_the_stream_is_lost_still_cancels(proxied: tuple[Li
 async def test_hermes_gone_mid_run_fails_the_run_and_a_new_hermes_serves_the_next(
     start_live_server: Callable[[Settings], LiveServer],
     live_settings: Callable[..., Settings],
+    make_tcp_proxy: Callable[..., TcpProxy],
 ) -> None:
     first = DemoHermesServer().start()
-    proxy = CuttingProxy(first.port)
-    port = await proxy.start()
-    url = f"http://127.0.0.1:{port}"
+    proxy = make_tcp_proxy(first.port)
+    url = proxy.url
     server = start_live_server(
         live_settings(hermes_url=url, hermes_dashboard_url=url, hermes_api_key=first.api_key,
                       hermes_dashboard_token=first.dashboard_token, media_roots=(first.media_dir,))
@@ -223,7 +161,7 @@ async def test_hermes_gone_mid_run_fails_the_run_and_a_new_hermes_serves_the_nex
         assert refused["error"]["message"].startswith("Hermes is unavailable right now")
 
         second = DemoHermesServer(api_key=first.api_key, dashboard_token=first.dashboard_token).start()
-        proxy.upstream_port = second.port
+        proxy.retarget(second.port)
         again = await client.request("chat.send", "run.accepted", conversation_id=conversation_id, text="hello")
         assert again["type"] == "run.accepted", again
         done = await client.expect("run.finished", run_id=again["run_id"])
@@ -231,14 +169,14 @@ async def test_hermes_gone_mid_run_fails_the_run_and_a_new_hermes_serves_the_nex
         assert client.seen("message.complete")[-1]["text"] == "You said: hello"
         await client.close()
     finally:
-        await proxy.stop()
+        proxy.stop()
         first.stop()
         if second is not None:
             second.stop()
 
 
 async def test_hermes_silent_mid_run_fails_the_run_within_ten_seconds(
-    proxied: tuple[LiveServer, CuttingProxy],
+    proxied: tuple[LiveServer, TcpProxy],
 ) -> None:
     """No connection closes (a frozen host, a proxy that keeps the sockets): silence is noticed all the same."""
     server, proxy = proxied
@@ -255,12 +193,12 @@ async def test_hermes_silent_mid_run_fails_the_run_within_ten_seconds(
 
 
 async def test_hermes_down_at_the_start_frees_the_slot_and_the_attachment(
-    proxied: tuple[LiveServer, CuttingProxy], demo_hermes: DemoHermesServer
+    proxied: tuple[LiveServer, TcpProxy], demo_hermes: DemoHermesServer
 ) -> None:
     server, proxy = proxied
     client, conversation_id = await open_chat(server)
     notes = await upload(server, conversation_id, "notes.md", b"# Notes", "text/markdown")
-    proxy.upstream_port = None  # every new connection to "Hermes" is refused,
+    proxy.refuse()  # every new connection to "Hermes" is refused,
     proxy.cut()  # and the pooled ones (the server's reads of what the gateway offers keep one) are gone
     refused = await client.request(
         "chat.send", "run.accepted", conversation_id=conversation_id, text="hi", attachment_ids=[notes["attachment_id"]]
@@ -268,7 +206,7 @@ async def test_hermes_down_at_the_start_frees_the_slot_and_the_attachment(
     assert refused["type"] == "error"
     assert refused["error"]["message"] == "Hermes is unavailable right now; the message was not sent, try again"
     assert client.seen("run.accepted") == []
-    proxy.upstream_port = demo_hermes.port
+    proxy.retarget(demo_hermes.port)
     accepted = await client.request(
         "chat.send", "run.accepted", conversation_id=conversation_id, text="hi", attachment_ids=[notes["attachment_id"]]
     )
@@ -277,10 +215,5 @@ async def test_hermes_down_at_the_start_frees_the_slot_and_the_attachment(
     assert finished["status"] == "completed"
     assert [a["attachment"]["attachment_id"] for a in client.seen("attachment.added")] == [notes["attachment_id"]]
     text = json.dumps(client.frames)
-    assert str(port_of(proxy)) not in text
+    assert str(proxy.port) not in text
     await client.close()
-
-
-def port_of(proxy: CuttingProxy) -> Any:
-    assert proxy._server is not None
-    return proxy._server.sockets[0].getsockname()[1]

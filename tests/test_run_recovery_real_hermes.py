@@ -4,35 +4,33 @@
 asks `GET /v1/runs/{id}` until the run is over.
 """
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import pytest
 
 from pheby.settings import Settings
 from tests.live_server import LiveServer, free_port
 from tests.real_hermes import RealHermes
-from tests.test_run_recovery import CuttingProxy
+from tests.tcp_proxy import TcpProxy
 from tests.ws_client import PhebyClient
 
 pytestmark = [pytest.mark.anyio, pytest.mark.hermes, pytest.mark.live, pytest.mark.xdist_group("hermes")]
 
 
 @pytest.fixture
-async def proxied(
+def proxied(
     start_live_server: Callable[[Settings], LiveServer],
     make_settings: Callable[..., Settings],
+    make_tcp_proxy: Callable[..., TcpProxy],
     real_hermes: RealHermes,
-) -> AsyncIterator[tuple[LiveServer, CuttingProxy]]:
-    proxy = CuttingProxy(int(real_hermes.base_url.rsplit(":", 1)[1]))
-    port = await proxy.start()
-    server = start_live_server(
-        make_settings(port=free_port(), hermes_url=f"http://127.0.0.1:{port}", hermes_api_key=real_hermes.api_key)
-    )
-    yield server, proxy
-    await proxy.stop()
+) -> tuple[LiveServer, TcpProxy]:
+    proxy = make_tcp_proxy(int(real_hermes.base_url.rsplit(":", 1)[1]))
+    settings = make_settings(port=free_port(), hermes_url=proxy.url, hermes_api_key=real_hermes.api_key)
+    server = start_live_server(settings)
+    return server, proxy
 
 
-async def test_a_cut_stream_ends_with_the_real_runs_text_and_status(proxied: tuple[LiveServer, CuttingProxy]) -> None:
+async def test_a_cut_stream_ends_with_the_real_runs_text_and_status(proxied: tuple[LiveServer, TcpProxy]) -> None:
     server, proxy = proxied
     client = await PhebyClient.connect(server.ws_url, server.secret)
     conversation_id = (await client.request("conversation.create", "conversation.created"))["conversation_id"]
