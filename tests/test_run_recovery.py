@@ -1,127 +1,216 @@
-"""A run whose event stream is lost: it stays the conversation's run until Hermes says how it ended.
+"""A run whose event stream is lost stays the conversation's run until Hermes says how it ended: the demo Hermes.
 
-A TCP proxy (tests/tcp_proxy.py) between the server and the demo Hermes cuts the stream (new
-connections still pass), freezes (nothing moves), refuses new connections, or Hermes is stopped (and later a new one is
-started behind the same proxy).
+A run survives a cut event stream (its files and approvals too, and a cancel still cancels it), and a
+Hermes that dies mid-run, or goes silent, ends it `failed`; a Hermes down at the start refuses the message.
+
+As 0.19.0 (the default demo) the server learns the run's end by asking for it; as a 0.22-era gateway
+(``features=NEWER_FEATURES``: numbered events, replay) it resumes the stream where it broke.
+
+A TCP proxy (tests/tcp_proxy.py) sits between the live server and a private demo Hermes, so a test
+can cut the run's SSE stream (the demo goes on running the run), freeze every connection, refuse new
+ones, or stop the demo and later point the proxy at a new one. The scenarios are in
+tests/run_recovery.py, shared with the real gateway.
 """
 
 import asyncio
 import json
+import secrets
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Final
 
 import pytest
 
 from demo_hermes import DemoHermesServer
+from demo_hermes.newer import NEWER_FEATURES
 from pheby.settings import Settings
-from tests.live_server import LiveServer
+from tests.demo_hermes_server import client_for
+from tests.live_server import LiveServer, hermes_settings
+from tests.run_recovery import KILL_DEADLINE_S, killed_hermes_scenario, stream_cut_scenario
 from tests.tcp_proxy import TcpProxy
 from tests.test_attachments_e2e import upload
 from tests.ws_client import PhebyClient
 
 pytestmark = [pytest.mark.anyio, pytest.mark.live]
 
-SLOW_TEXT = "".join(f"tick {i} " for i in range(100))  # what `/demo slow` answers, in 5 s
+# `/demo slow` streams "tick 0 " … "tick 99 ", 50 ms apart (demo_hermes/agent.py): a 5 s run.
+SLOW_FINAL_TEXT: Final = "".join(f"tick {i} " for i in range(100)).strip()
+LOST_CONTACT: Final = "Lost contact with Hermes; the run was stopped"
 
 
 @pytest.fixture
-def proxied(
-    demo_hermes: DemoHermesServer,
+def hermes(make_demo_hermes: Callable[..., DemoHermesServer], request: pytest.FixtureRequest) -> DemoHermesServer:
+    """A demo Hermes of this test's own: what it ran is this test's alone, and it may be stopped.
+    Parametrized indirectly with its options (none: 0.19.0)."""
+    return make_demo_hermes(**getattr(request, "param", {}))
+
+
+@pytest.fixture
+def proxy(make_tcp_proxy: Callable[..., TcpProxy], hermes: DemoHermesServer) -> TcpProxy:
+    return make_tcp_proxy(hermes.port)
+
+
+@pytest.fixture
+def server(
     start_live_server: Callable[[Settings], LiveServer],
     live_settings: Callable[..., Settings],
-    make_tcp_proxy: Callable[..., TcpProxy],
-) -> tuple[LiveServer, TcpProxy]:
-    proxy = make_tcp_proxy(demo_hermes.port)
-    server = start_live_server(live_settings(hermes_url=proxy.url, hermes_dashboard_url=proxy.url))
-    return server, proxy
+    hermes: DemoHermesServer,
+    proxy: TcpProxy,
+) -> LiveServer:
+    """The server, reaching the demo's gateway and dashboard only through the proxy."""
+    return start_live_server(
+        live_settings(
+            **{**hermes_settings(hermes), "hermes_url": proxy.url, "hermes_dashboard_url": proxy.url},
+            media_roots=(hermes.media_dir,),
+        )
+    )
 
 
-async def open_chat(server: LiveServer) -> tuple[PhebyClient, str]:
+@pytest.fixture
+async def client(server: LiveServer) -> AsyncIterator[PhebyClient]:
     client = await PhebyClient.connect(server.ws_url, server.secret)
-    created = await client.request("conversation.create", "conversation.created")
-    return client, created["conversation_id"]
-
-
-async def send(client: PhebyClient, conversation_id: str, text: str) -> dict[str, Any]:
-    return await client.request("chat.send", "run.accepted", conversation_id=conversation_id, text=text)
-
-
-async def test_a_cut_stream_keeps_the_run_until_hermes_ends_it(proxied: tuple[LiveServer, TcpProxy]) -> None:
-    server, proxy = proxied
-    client, conversation_id = await open_chat(server)
-    accepted = await client.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo slow")
-    run_id = accepted["run_id"]
-    await client.expect("message.delta")
-    proxy.cut()
-    await asyncio.sleep(0.5)
-    assert client.seen("run.finished") == []
-    second = await client.request("chat.send", "run.accepted", conversation_id=conversation_id, text="again")
-    assert (second["type"], second["error"]["code"]) == ("error", "run_active")
-    opened = await client.request("conversation.open", "conversation.history", conversation_id=conversation_id)
-    assert opened["run"]["run_id"] == run_id
-    assert opened["run"]["text"]  # the draft so far
-    finished = await client.expect("run.finished", timeout=20, run_id=run_id)
-    assert finished["status"] == "completed"
-    [complete] = client.seen("message.complete", message_id=opened["run"]["message_id"])
-    assert complete["text"] == SLOW_TEXT.strip() or complete["text"] == SLOW_TEXT
-    assert len(client.seen("run.finished", run_id=run_id)) == 1
-    history = await client.request("conversation.open", "conversation.history", conversation_id=conversation_id)
-    assert history["run"] is None
-    assert history["messages"][-1]["text"] == complete["text"]
+    yield client
     await client.close()
 
 
-async def test_a_run_finished_after_its_stream_was_cut_delivers_its_files_and_answers_approvals(
-    start_live_server: Callable[[Settings], LiveServer],
-    live_settings: Callable[..., Settings],
-    make_demo_hermes: Callable[..., DemoHermesServer],
-    make_tcp_proxy: Callable[..., TcpProxy],
+async def test_a_cut_stream_keeps_the_run_until_hermes_ends_it(
+    client: PhebyClient, proxy: TcpProxy, hermes: DemoHermesServer
 ) -> None:
-    hermes = make_demo_hermes(delta_delay=0.3)  # slow enough to cut each reply mid-way
-    proxy = make_tcp_proxy(hermes.port)
-    url = proxy.url
-    server = start_live_server(
-        live_settings(hermes_url=url, hermes_dashboard_url=url, hermes_api_key=hermes.api_key,
-                      hermes_dashboard_token=hermes.dashboard_token, media_roots=(hermes.media_dir,))
-    )  # fmt: skip
-    try:
-        client, conversation_id = await open_chat(server)
-        accepted = await client.request(
-            "chat.send", "run.accepted", conversation_id=conversation_id, text="/demo image"
+    marker = f"m{secrets.token_hex(4)}"
+    async with client_for(hermes) as direct:
+        await stream_cut_scenario(
+            client,
+            proxy,
+            direct,
+            marker=marker,
+            slow_text=f"/demo slow {marker}",
+            final_text=SLOW_FINAL_TEXT,
+            second_text=f"second try {marker}",
+            first_delta_timeout=10,
+            finish_timeout=20,
         )
-        await client.expect("message.delta")
-        proxy.cut()
-        finished = await client.expect("run.finished", timeout=20, run_id=accepted["run_id"])
-        assert finished["status"] == "completed"
-        [complete] = client.seen("message.complete")
-        assert complete["text"] == "Here is the picture you asked for."  # MEDIA: tag resolved and stripped
-        [added] = client.seen("attachment.added")
-        assert added["attachment"]["message_id"] == complete["message_id"]
 
-        # An approval asked before the cut can still be answered; the run's end is learnt from Hermes.
-        accepted = await client.request(
-            "chat.send", "run.accepted", conversation_id=conversation_id, text="/demo approve"
+
+REPLAYING: Final = {"features": NEWER_FEATURES}
+# Keeps 2 events: `/demo slow` emits 5 in the 0.25 s before the first resumption, so a replay is truncated.
+REPLAYING_SHORT_BACKLOG: Final = {"features": NEWER_FEATURES, "replay_backlog": 2}
+
+
+@pytest.mark.parametrize("hermes", [REPLAYING], indirect=True, ids=["replay"])
+async def test_a_cut_stream_of_a_replaying_hermes_is_resumed_without_loss_or_repeat(
+    client: PhebyClient, proxy: TcpProxy, hermes: DemoHermesServer
+) -> None:
+    marker = f"m{secrets.token_hex(4)}"
+    async with client_for(hermes) as direct:
+        await stream_cut_scenario(
+            client,
+            proxy,
+            direct,
+            marker=marker,
+            slow_text=f"/demo slow {marker}",
+            final_text=SLOW_FINAL_TEXT,
+            second_text=f"second try {marker}",
+            first_delta_timeout=10,
+            finish_timeout=20,
+            resumed=True,
         )
-        request = await client.expect("approval.request", run_id=accepted["run_id"])
-        proxy.cut()
-        await asyncio.sleep(0.3)
-        opened = await client.request("conversation.open", "conversation.history", conversation_id=conversation_id)
-        assert opened["run"]["status"] == "waiting_for_approval"
-        resolved = await client.request("approval.respond", "approval.resolved", approval_id=request["approval_id"],
-                                        choice="once")  # fmt: skip
-        assert resolved["accepted"] is True
-        finished = await client.expect("run.finished", timeout=20, run_id=accepted["run_id"])
-        assert finished["status"] == "completed"
-        assert client.seen("message.complete")[-1]["text"] == "Approved (once). I removed /tmp/build-output."
-        await client.close()
-    finally:
-        proxy.stop()
 
 
-async def test_a_cancel_while_the_stream_is_lost_still_cancels(proxied: tuple[LiveServer, TcpProxy]) -> None:
-    server, proxy = proxied
-    client, conversation_id = await open_chat(server)
+@pytest.mark.parametrize("hermes", [REPLAYING_SHORT_BACKLOG], indirect=True, ids=["replay-truncated"])
+async def test_a_truncated_replay_falls_back_to_asking_hermes_for_the_runs_end(
+    client: PhebyClient, proxy: TcpProxy, hermes: DemoHermesServer
+) -> None:
+    marker = f"m{secrets.token_hex(4)}"
+    async with client_for(hermes) as direct:
+        await stream_cut_scenario(
+            client,
+            proxy,
+            direct,
+            marker=marker,
+            slow_text=f"/demo slow {marker}",
+            final_text=SLOW_FINAL_TEXT,
+            second_text=f"second try {marker}",
+            first_delta_timeout=10,
+            finish_timeout=20,
+        )
+
+
+@pytest.mark.parametrize("hermes", [{}, REPLAYING], indirect=True, ids=["0.19.0", "replay"])
+@pytest.mark.parametrize("cut_first", [False, True], ids=["streaming", "stream-cut-before"])
+async def test_a_killed_hermes_fails_the_run_and_the_conversation_works_once_it_is_back(
+    client: PhebyClient,
+    proxy: TcpProxy,
+    hermes: DemoHermesServer,
+    make_demo_hermes: Callable[..., DemoHermesServer],
+    cut_first: bool,
+) -> None:
+    async def kill() -> None:
+        await asyncio.to_thread(hermes.stop)
+
+    async def revive() -> None:
+        # The same keys on a new port: to the server (behind the proxy) it is the same Hermes, restarted.
+        again = await asyncio.to_thread(
+            make_demo_hermes,
+            api_key=hermes.api_key,
+            dashboard_token=hermes.dashboard_token,
+            features=hermes.options.features,
+        )
+        proxy.retarget(again.port)
+
+    await killed_hermes_scenario(
+        client,
+        slow_text="/demo slow",
+        kill=kill,
+        revive=revive,
+        after_text="hello again",
+        after_replies=("You said: hello again",),
+        first_delta_timeout=10,
+        after_timeout=20,
+        forbidden=[proxy.url, f"127.0.0.1:{proxy.port}", str(hermes.media_dir)],
+        cut_first=proxy if cut_first else None,
+        failed_error=LOST_CONTACT,
+        refused_while_down="Hermes is unavailable right now",
+    )
+
+
+async def open_chat(client: PhebyClient) -> str:
+    created = await client.request("conversation.create", "conversation.created")
+    return str(created["conversation_id"])
+
+
+@pytest.mark.parametrize("hermes", [{"delta_delay": 0.3}], indirect=True, ids=["slow-deltas"])  # cut each reply mid-way
+async def test_a_run_finished_after_its_stream_was_cut_delivers_its_files_and_answers_approvals(
+    client: PhebyClient, proxy: TcpProxy
+) -> None:
+    conversation_id = await open_chat(client)
+    accepted = await client.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo image")
+    await client.expect("message.delta")
+    proxy.cut()
+    finished = await client.expect("run.finished", timeout=20, run_id=accepted["run_id"])
+    assert finished["status"] == "completed"
+    [complete] = client.seen("message.complete")
+    assert complete["text"] == "Here is the picture you asked for."  # MEDIA: tag resolved and stripped
+    [added] = client.seen("attachment.added")
+    assert added["attachment"]["message_id"] == complete["message_id"]
+
+    # An approval asked before the cut can still be answered; the run's end is learnt from Hermes.
+    accepted = await client.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo approve")
+    request = await client.expect("approval.request", run_id=accepted["run_id"])
+    proxy.cut()
+    await asyncio.sleep(0.3)
+    opened = await client.request("conversation.open", "conversation.history", conversation_id=conversation_id)
+    assert opened["run"]["status"] == "waiting_for_approval"
+    resolved = await client.request(
+        "approval.respond", "approval.resolved", approval_id=request["approval_id"], choice="once"
+    )
+    assert resolved["accepted"] is True
+    finished = await client.expect("run.finished", timeout=20, run_id=accepted["run_id"])
+    assert finished["status"] == "completed"
+    assert client.seen("message.complete")[-1]["text"] == "Approved (once). I removed /tmp/build-output."
+
+
+async def test_a_cancel_while_the_stream_is_lost_still_cancels(client: PhebyClient, proxy: TcpProxy) -> None:
+    conversation_id = await open_chat(client)
     accepted = await client.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo slow")
     await client.expect("message.delta")
     proxy.cut()
@@ -129,74 +218,25 @@ async def test_a_cancel_while_the_stream_is_lost_still_cancels(proxied: tuple[Li
     await client.send("run.cancel", conversation_id=conversation_id, run_id=accepted["run_id"])
     finished = await client.expect("run.finished", timeout=15, run_id=accepted["run_id"])
     assert finished["status"] == "cancelled"
-    await client.close()
 
 
-async def test_hermes_gone_mid_run_fails_the_run_and_a_new_hermes_serves_the_next(
-    start_live_server: Callable[[Settings], LiveServer],
-    live_settings: Callable[..., Settings],
-    make_tcp_proxy: Callable[..., TcpProxy],
-) -> None:
-    first = DemoHermesServer().start()
-    proxy = make_tcp_proxy(first.port)
-    url = proxy.url
-    server = start_live_server(
-        live_settings(hermes_url=url, hermes_dashboard_url=url, hermes_api_key=first.api_key,
-                      hermes_dashboard_token=first.dashboard_token, media_roots=(first.media_dir,))
-    )  # fmt: skip
-    second: DemoHermesServer | None = None
-    try:
-        client, conversation_id = await open_chat(server)
-        accepted = await client.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo slow")
-        await client.expect("message.delta")
-        killed_at = time.monotonic()
-        first.stop()
-        proxy.cut()
-        finished = await client.expect("run.finished", timeout=15, run_id=accepted["run_id"])
-        assert time.monotonic() - killed_at < 10
-        assert finished["status"] == "failed"
-        assert finished["error"] == "Lost contact with Hermes; the run was stopped"
-        refused = await client.request("chat.send", "run.accepted", conversation_id=conversation_id, text="hi")
-        assert refused["type"] == "error"  # Hermes is still down
-        assert refused["error"]["message"].startswith("Hermes is unavailable right now")
-
-        second = DemoHermesServer(api_key=first.api_key, dashboard_token=first.dashboard_token).start()
-        proxy.retarget(second.port)
-        again = await client.request("chat.send", "run.accepted", conversation_id=conversation_id, text="hello")
-        assert again["type"] == "run.accepted", again
-        done = await client.expect("run.finished", run_id=again["run_id"])
-        assert done["status"] == "completed"
-        assert client.seen("message.complete")[-1]["text"] == "You said: hello"
-        await client.close()
-    finally:
-        proxy.stop()
-        first.stop()
-        if second is not None:
-            second.stop()
-
-
-async def test_hermes_silent_mid_run_fails_the_run_within_ten_seconds(
-    proxied: tuple[LiveServer, TcpProxy],
-) -> None:
+async def test_hermes_silent_mid_run_fails_the_run_within_ten_seconds(client: PhebyClient, proxy: TcpProxy) -> None:
     """No connection closes (a frozen host, a proxy that keeps the sockets): silence is noticed all the same."""
-    server, proxy = proxied
-    client, conversation_id = await open_chat(server)
+    conversation_id = await open_chat(client)
     accepted = await client.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo slow")
     await client.expect("message.delta")
     frozen_at = time.monotonic()
     proxy.freeze()
     finished = await client.expect("run.finished", timeout=30, run_id=accepted["run_id"])
-    assert time.monotonic() - frozen_at < 10
+    assert time.monotonic() - frozen_at < KILL_DEADLINE_S
     assert finished["status"] == "failed"
-    assert finished["error"] == "Lost contact with Hermes; the run was stopped"
-    await client.close()
+    assert finished["error"] == LOST_CONTACT
 
 
 async def test_hermes_down_at_the_start_frees_the_slot_and_the_attachment(
-    proxied: tuple[LiveServer, TcpProxy], demo_hermes: DemoHermesServer
+    client: PhebyClient, proxy: TcpProxy, server: LiveServer, hermes: DemoHermesServer
 ) -> None:
-    server, proxy = proxied
-    client, conversation_id = await open_chat(server)
+    conversation_id = await open_chat(client)
     notes = await upload(server, conversation_id, "notes.md", b"# Notes", "text/markdown")
     proxy.refuse()  # every new connection to "Hermes" is refused,
     proxy.cut()  # and the pooled ones (the server's reads of what the gateway offers keep one) are gone
@@ -206,7 +246,7 @@ async def test_hermes_down_at_the_start_frees_the_slot_and_the_attachment(
     assert refused["type"] == "error"
     assert refused["error"]["message"] == "Hermes is unavailable right now; the message was not sent, try again"
     assert client.seen("run.accepted") == []
-    proxy.retarget(demo_hermes.port)
+    proxy.retarget(hermes.port)
     accepted = await client.request(
         "chat.send", "run.accepted", conversation_id=conversation_id, text="hi", attachment_ids=[notes["attachment_id"]]
     )
@@ -214,6 +254,4 @@ async def test_hermes_down_at_the_start_frees_the_slot_and_the_attachment(
     finished = await client.expect("run.finished", run_id=accepted["run_id"])
     assert finished["status"] == "completed"
     assert [a["attachment"]["attachment_id"] for a in client.seen("attachment.added")] == [notes["attachment_id"]]
-    text = json.dumps(client.frames)
-    assert str(proxy.port) not in text
-    await client.close()
+    assert str(proxy.port) not in json.dumps(client.frames)

