@@ -1,8 +1,8 @@
 """The run-recovery scenarios, with a TCP proxy (tests/tcp_proxy.py) between the server and Hermes.
 
-Shared by ``test_run_recovery.py`` (the demo Hermes), ``test_run_recovery_real_hermes.py`` (the
-real 0.19.0 gateway) and ``test_run_recovery_next_real_hermes.py`` (0.22-era); the Hermes-specific
-parts (prompts, how to crash and revive Hermes) come in as arguments.
+Shared by ``test_run_recovery.py`` (the demo Hermes) and ``test_run_recovery_real_hermes.py`` (the
+real 0.19.0 and 0.22-era gateways); the Hermes-specific parts (prompts, how to crash and revive
+Hermes) come in as arguments.
 
 - :func:`stream_cut_scenario`: the run's event stream is cut mid-run while Hermes goes on running it.
   The conversation stays busy until Hermes's run really ends (no `run.finished` before, a second

