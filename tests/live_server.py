@@ -115,3 +115,13 @@ def live_server(
     start_live_server: Callable[[Settings], LiveServer], live_settings: Callable[..., Settings]
 ) -> LiveServer:
     return start_live_server(live_settings())
+
+
+@pytest.fixture
+def real_hermes_server(
+    start_live_server: Callable[[Settings], LiveServer], make_settings: Callable[..., Settings], real_hermes: Any
+) -> LiveServer:
+    """A live server on the session's real 0.19.0 gateway (``real_hermes``: its API server only, no dashboard)."""
+    return start_live_server(
+        make_settings(port=free_port(), hermes_url=real_hermes.base_url, hermes_api_key=real_hermes.api_key)
+    )
