@@ -106,17 +106,23 @@ async def test_a_cut_stream_keeps_the_run_until_hermes_ends_it(
         )
 
 
-@pytest.mark.parametrize("hermes", [{}, REPLAYING], indirect=True, ids=["0.19.0", "replay"])
-@pytest.mark.parametrize("cut_first", [False, True], ids=["streaming", "stream-cut-before"])
-async def test_a_killed_hermes_fails_the_run_and_the_conversation_works_once_it_is_back(
+async def kill_and_revive_the_demo(
     client: PhebyClient,
     proxy: TcpProxy,
     hermes: DemoHermesServer,
     make_demo_hermes: Callable[..., DemoHermesServer],
+    *,
     cut_first: bool,
+    reset_connections: bool = False,
+    failed_error: str | None = None,
 ) -> None:
+    """killed_hermes_scenario on the demo: stopped (``reset_connections``: and every proxied connection reset
+    at once), then started again with the same keys on a new port the proxy is pointed at."""
+
     async def kill() -> None:
         await asyncio.to_thread(hermes.stop)
+        if reset_connections:
+            proxy.cut()
 
     async def revive() -> None:
         # The same keys on a new port: to the server (behind the proxy) it is the same Hermes, restarted.
@@ -139,10 +145,29 @@ async def test_a_killed_hermes_fails_the_run_and_the_conversation_works_once_it_
         after_timeout=20,
         forbidden=[proxy.url, f"127.0.0.1:{proxy.port}", str(hermes.media_dir)],
         cut_first=proxy if cut_first else None,
-        # As 0.19.0, the exact error. (A replaying demo killed after the cut ended the run "Internal error while
-        # streaming the run" once: the 0.19.0 test this was merged from checked the error only there.)
-        failed_error=LOST_CONTACT if not hermes.options.features else None,
+        failed_error=failed_error,
         refused_while_down="Hermes is unavailable right now",
+    )
+
+
+@pytest.mark.parametrize("hermes", [{}, REPLAYING], indirect=True, ids=["0.19.0", "replay"])
+@pytest.mark.parametrize("cut_first", [False, True], ids=["streaming", "stream-cut-before"])
+async def test_a_killed_hermes_fails_the_run_and_the_conversation_works_once_it_is_back(
+    client: PhebyClient,
+    proxy: TcpProxy,
+    hermes: DemoHermesServer,
+    make_demo_hermes: Callable[..., DemoHermesServer],
+    cut_first: bool,
+) -> None:
+    await kill_and_revive_the_demo(client, proxy, hermes, make_demo_hermes, cut_first=cut_first)
+
+
+async def test_hermes_gone_mid_run_fails_the_run_lost_contact_and_a_new_hermes_serves_the_next(
+    client: PhebyClient, proxy: TcpProxy, hermes: DemoHermesServer, make_demo_hermes: Callable[..., DemoHermesServer]
+) -> None:
+    """Hermes stopped and its connections reset (as a crashed host's): the run fails with the lost-contact error."""
+    await kill_and_revive_the_demo(
+        client, proxy, hermes, make_demo_hermes, cut_first=False, reset_connections=True, failed_error=LOST_CONTACT
     )
 
 
