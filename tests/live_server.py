@@ -7,7 +7,7 @@ same `build_uvicorn_config` that `pheby serve` uses, and is stopped at the end o
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +19,7 @@ from handlers.support.app import create_app
 from pheby.server import build_uvicorn_config
 from pheby.services import Services
 from pheby.settings import Settings
+from tests.ws_client import PhebyClient
 
 
 def free_port() -> int:
@@ -115,3 +116,23 @@ def live_server(
     start_live_server: Callable[[Settings], LiveServer], live_settings: Callable[..., Settings]
 ) -> LiveServer:
     return start_live_server(live_settings())
+
+
+@pytest.fixture
+def real_hermes_server(
+    start_live_server: Callable[[Settings], LiveServer], make_settings: Callable[..., Settings], real_hermes: Any
+) -> LiveServer:
+    """A live server on the session's real 0.19.0 gateway (``real_hermes``: its API server only, no dashboard)."""
+    return start_live_server(
+        make_settings(port=free_port(), hermes_url=real_hermes.base_url, hermes_api_key=real_hermes.api_key)
+    )
+
+
+@pytest.fixture
+async def opened() -> AsyncIterator[list[PhebyClient]]:
+    """A list for the test's WebSocket clients: each one still open is closed when the test ends."""
+    clients: list[PhebyClient] = []
+    yield clients
+    for client in clients:
+        if client.ws.close_code is None:
+            await client.close()

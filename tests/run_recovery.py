@@ -1,18 +1,20 @@
 """The run-recovery scenarios, with a TCP proxy (tests/tcp_proxy.py) between the server and Hermes.
 
 Shared by ``test_run_recovery.py`` (the demo Hermes) and ``test_run_recovery_real_hermes.py`` (the
-real 0.19.0 gateway); the Hermes-specific parts (prompts, how to crash and revive Hermes) come in
-as arguments.
+real 0.19.0 and 0.22-era gateways); the Hermes-specific parts (prompts, how to crash and revive
+Hermes) come in as arguments.
 
 - :func:`stream_cut_scenario`: the run's event stream is cut mid-run while Hermes goes on running it.
   The conversation stays busy until Hermes's run really ends (no `run.finished` before, a second
-  `chat.send` gets `run_active`, Hermes runs one run only); then the client gets the run's real
-  final text and `completed`, once each. With ``resumed`` (a gateway that replays its numbered
-  events), the server picks the stream back up: deltas keep coming after the cut, each one's text
-  extends the previous one's (nothing lost or repeated) and the last is the final text.
+  `chat.send` gets `run_active`, `conversation.open` shows the run active with its draft so far,
+  Hermes runs one run only); then the client gets the run's real final text and `completed`, once
+  each, and the conversation has no run any more. With ``resumed`` (a gateway that replays its
+  numbered events), the server picks the stream back up: deltas keep coming after the cut, each
+  one's text extends the previous one's (nothing lost or repeated) and the last is the final text.
 - :func:`killed_hermes_scenario`: Hermes dies mid-run: `run.finished` `failed` within 10 s of the
-  kill; once Hermes is back, the same conversation runs a turn normally. With ``cut_first``, the
-  stream is cut before the kill: Hermes dies while the server waits on a run it can't stream.
+  kill (optionally with a given error, and a `chat.send` while Hermes is down is refused); once
+  Hermes is back, the same conversation runs a turn normally. With ``cut_first``, the stream is cut
+  before the kill: Hermes dies while the server waits on a run it can't stream.
 """
 
 import asyncio
@@ -120,6 +122,12 @@ async def stream_cut_scenario(
     busy = await client.request("chat.send", "run.accepted", conversation_id=run.conversation_id, text=second_text)
     assert busy["type"] == "error", f"a second run started while Hermes still ran the first: {busy}"
     assert busy["error"]["code"] == "run_active", busy
+    assert run.message_id == f"draft-{run.run_id}", run
+    opened = await client.request("conversation.open", "conversation.history", conversation_id=run.conversation_id)
+    assert opened["run"] is not None, "conversation.open shows no active run while Hermes still runs it"
+    assert opened["run"]["run_id"] == run.run_id, opened["run"]
+    assert opened["run"]["message_id"] == run.message_id, opened["run"]
+    assert opened["run"]["text"], f"the active run shows no draft: {opened['run']}"
 
     finished = await frame_within(client, "run.finished", finish_timeout, run_id=run.run_id)
     assert finished is not None, (
@@ -151,6 +159,7 @@ async def stream_cut_scenario(
     history = await client.request("conversation.open", "conversation.history", conversation_id=run.conversation_id)
     assert history["type"] == "conversation.history", history
     assert [(m["role"], m["text"]) for m in history["messages"]][-1] == ("assistant", final_text), history
+    assert history["run"] is None, history["run"]
     return run
 
 
@@ -180,11 +189,14 @@ async def killed_hermes_scenario(
     after_timeout: float,
     forbidden: list[str],
     cut_first: TcpProxy | None = None,
+    failed_error: str | None = None,
+    refused_while_down: str | None = None,
 ) -> Started:
     """Kill Hermes mid-run (``kill``), expect `failed` in time, bring it back (``revive``), run another turn
-    (``after_text``, answered with one of ``after_replies``) in the same conversation. ``forbidden`` texts (Hermes's
-    address) must not reach the client. With ``cut_first`` (the proxy), the run's event stream is cut first
-    and the run must stay unfinished until the kill."""
+        (``after_text``, answered with one of ``after_replies``) in the same conversation. ``forbidden`` texts (Hermes's
+        address) must not reach the client. With ``cut_first`` (the proxy), the run's event stream is cut first
+        and the run must stay unfinished until the kill. ``failed_error``: the error `run.finished` must give;
+    ``refused_while_down``: how the refusal of a `chat.send` sent while Hermes is down must begin."""
     run = await start_run(client, slow_text, first_delta_timeout=first_delta_timeout)
     if cut_first is not None:
         cut = cut_first.cut_requests("GET", EVENTS_STREAM)
@@ -203,11 +215,17 @@ async def killed_hermes_scenario(
     took = time.monotonic() - killed_at
     assert finished["status"] == "failed", f"{finished} ({took:.1f} s after the kill)"
     assert str(finished.get("error") or "").strip(), f"run.finished failed says no why: {finished}"
+    if failed_error is not None:
+        assert finished["error"] == failed_error, finished
     for text in forbidden:
         assert text not in json.dumps(finished), f"run.finished names {text!r}: {finished}"
     await asyncio.sleep(SETTLE_S)
     assert len(client.seen("run.finished", run_id=run.run_id)) == 1, client.seen("run.finished")
 
+    if refused_while_down is not None:
+        refused = await client.request("chat.send", "run.accepted", conversation_id=run.conversation_id, text="hi")
+        assert refused["type"] == "error", f"a run was accepted while Hermes was down: {refused}"
+        assert refused["error"]["message"].startswith(refused_while_down), refused
     await revive()
     accepted = await client.request(
         "chat.send", "run.accepted", conversation_id=run.conversation_id, text=after_text, timeout=30

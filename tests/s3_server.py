@@ -4,6 +4,10 @@
 hang) and kept-alive connections go on being served. `cut()` closes the listener and every open
 connection, as a crashed or unreachable S3 would; `restore()` listens on the same port again.
 moto keeps its buckets in-process, so what was stored before the cut is there after it.
+
+Fixtures: ``moto_s3`` (a server of the test's own, with a new empty bucket, that it may cut),
+``moto_server_url`` (one server for the whole session, never cut: its endpoint URL) and
+``aws_credentials`` (fake ones, no real profile reachable).
 """
 
 import contextlib
@@ -84,6 +88,7 @@ def aws_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "testing")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
 
 
@@ -94,3 +99,13 @@ def moto_s3(aws_credentials: None) -> Iterator[CuttableS3Server]:
     S3Store(server.bucket, endpoint_url=server.url).client.create_bucket(Bucket=server.bucket)
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def moto_server_url() -> Iterator[str]:
+    """One moto S3 server for the session (never cut); its endpoint URL, what PHEBY_S3_ENDPOINT_URL would hold."""
+    server = CuttableS3Server()
+    try:
+        yield server.url
+    finally:
+        server.stop()

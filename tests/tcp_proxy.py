@@ -7,8 +7,10 @@ network or a dying Hermes breaks: :meth:`TcpProxy.cut` resets every current conn
 RST, no FIN), or only those matching a predicate; :meth:`TcpProxy.cut_requests` resets the ones
 whose latest HTTP/1.1 request matches, e.g. only a run's SSE stream (``GET /v1/runs/<id>/events``)
 while new connections keep working. :meth:`TcpProxy.retarget` sends new connections to another
-port (a Hermes started again elsewhere). When the target refuses, the client's connection is reset
-at once, as if nothing listened.
+port (a Hermes started again elsewhere), :meth:`TcpProxy.refuse` resets every new connection (a
+Hermes that is down), and :meth:`TcpProxy.freeze` keeps every connection open while no byte moves (a
+host gone silent) until :meth:`TcpProxy.thaw`. When the target refuses, the client's connection is
+reset at once, as if nothing listened.
 
 The proxy runs its own asyncio loop in a background thread; every method may be called from any
 thread (a test's own event loop included: each call blocks for a moment only). Reads are 64 KiB
@@ -101,7 +103,7 @@ class TcpProxy:
     def __init__(
         self, target_port: int, target_host: str = "127.0.0.1", *, max_connections: int = MAX_CONNECTIONS
     ) -> None:
-        self._target = (target_host, target_port)
+        self._target: tuple[str, int] | None = (target_host, target_port)
         self._max_connections = max_connections
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="tcp-proxy", daemon=True)
@@ -111,6 +113,8 @@ class TcpProxy:
         self._requests: deque[tuple[str, str]] = deque(maxlen=REQUEST_LOG_SIZE)
         self._accepted = self._refused = self._cut = self._closed_up = self._closed_down = 0
         self._port = 0
+        self._flowing = asyncio.Event()  # cleared by freeze(): nothing is forwarded or connected
+        self._flowing.set()
 
     # --- life cycle ---------------------------------------------------------------------------------
 
@@ -126,6 +130,7 @@ class TcpProxy:
             return
 
         async def shutdown() -> None:
+            self._flowing.set()
             if self._server is not None:
                 self._server.close()
             carried = list(self._connections.values())
@@ -157,8 +162,31 @@ class TcpProxy:
         return f"http://127.0.0.1:{self._port}"
 
     def retarget(self, target_port: int, target_host: str = "127.0.0.1") -> None:
-        """Send new connections to another target; the current ones stay where they are."""
+        """Send new connections to another target (after :meth:`refuse`: let them through again); the current
+        ones stay where they are."""
         self._target = (target_host, target_port)
+
+    def refuse(self) -> None:
+        """Reset every new connection at once, as if nothing listened (a Hermes that is down); the current ones
+        stay (cut them too with :meth:`cut`). :meth:`retarget` ends it."""
+        self._target = None
+
+    def freeze(self) -> None:
+        """Like a host gone silent: every connection, current or new, stays open, but no byte moves and no new
+        one reaches the target, until :meth:`thaw`."""
+
+        async def clear() -> None:
+            self._flowing.clear()
+
+        self._call(clear())
+
+    def thaw(self) -> None:
+        """End :meth:`freeze`: what was held back is forwarded, new connections are made."""
+
+        async def release() -> None:
+            self._flowing.set()
+
+        self._call(release())
 
     def cut(self, match: Callable[[ConnectionInfo], bool] | None = None) -> int:
         """Reset every current connection (``match``: only those it accepts), both sides; how many were cut."""
@@ -236,6 +264,11 @@ class TcpProxy:
         self._next_id += 1
         self._connections[connection.id] = connection
         try:
+            await self._flowing.wait()  # frozen: the connection is held open, and nothing answers
+            if self._target is None:
+                self._refused += 1
+                _reset(writer)
+                return
             host, port = self._target
             try:
                 up_reader, up_writer = await asyncio.wait_for(
@@ -271,6 +304,7 @@ class TcpProxy:
                 self._note_requests(connection, chunk)
             else:
                 connection.bytes_down += len(chunk)
+            await self._flowing.wait()
             sink.write(chunk)
             await sink.drain()
         if sink.can_write_eof():

@@ -5,7 +5,7 @@ shares the server's Hermes owns none, so its global `model.set` / `reasoning.set
 and the default is unchanged.
 """
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import pytest
 
@@ -17,14 +17,6 @@ from tests.test_ws_e2e import add_account
 from tests.ws_client import PhebyClient
 
 pytestmark = [pytest.mark.anyio, pytest.mark.live]
-
-
-@pytest.fixture
-async def opened() -> AsyncIterator[list[PhebyClient]]:
-    clients: list[PhebyClient] = []
-    yield clients
-    for client in clients:
-        await client.close()
 
 
 async def other_model(client: PhebyClient) -> tuple[str, str]:

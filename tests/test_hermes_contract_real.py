@@ -19,7 +19,7 @@ import json
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import aclosing
+from contextlib import aclosing, contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final
 
@@ -103,11 +103,15 @@ def event_kinds(record: ScenarioRecord) -> dict[str, dict[str, str]]:
     return {event.name: event.fields for event in record.events}
 
 
-def assert_same_shape(real: ScenarioRecord, demo: ScenarioRecord) -> None:
+DRIFTED: Final = f"the demo double drifted from hermes-agent {HERMES_VERSION}"
+
+
+def assert_same_shape(real: ScenarioRecord, demo: ScenarioRecord, *, drifted: str = DRIFTED) -> None:
+    """``compare_records`` finds no difference; ``drifted`` begins the message that says which demo and gateway."""
     assert real.scenario == demo.scenario
     problems = compare_records(real, demo)
     assert problems == [], (
-        f"the demo double drifted from hermes-agent {HERMES_VERSION} in {real.scenario}:\n"
+        f"{drifted} in {real.scenario}:\n"
         + "\n".join(problems)
         + f"\nreal events: {event_kinds(real)}\nreal objects: {real.objects}"
         + f"\ndemo events: {event_kinds(demo)}\ndemo objects: {demo.objects}"
@@ -183,16 +187,42 @@ class BackgroundScenario:
         self._thread.join(timeout)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def real_jobs_scenario(real_hermes: RealHermes) -> Iterator[BackgroundScenario]:
-    """The real jobs scenario, started with the module's first test so its wait on the cron tick overlaps."""
+@contextmanager
+def jobs_scenario_in_background(hermes: RealHermes) -> Iterator[BackgroundScenario]:
+    """The jobs scenario on ``hermes``, started now so its wait on the cron tick overlaps the module's other
+    tests; cancelled on leaving."""
 
     async def play(client: HermesClient) -> ScenarioRecord:
         return await jobs_lifecycle(client, REAL_PROMPTS, cron_timeout=CRON_TIMEOUT_S)
 
-    background = BackgroundScenario("jobs_lifecycle", real_hermes, play)
-    yield background
-    background.cancel()
+    background = BackgroundScenario("jobs_lifecycle", hermes, play)
+    try:
+        yield background
+    finally:
+        background.cancel()
+
+
+async def play_on_real_hermes(name: str, hermes: RealHermes, client: HermesClient) -> ScenarioRecord:
+    """Play the foreground scenario ``name`` on a real gateway; for the approval scenarios, check the command
+    really ran (``approval_once``) or really did not (``approval_deny``), and leave the scratch dir as it was."""
+    if name.startswith("approval_"):
+        restore_danger_dir(hermes)
+    real = await SCENARIOS[name](client, REAL_PROMPTS)
+    assert real.scenario == name
+    assert real.events or real.objects
+    if name == "approval_once":
+        assert not hermes.danger_dir.exists(), "the approved command did not really run"
+        restore_danger_dir(hermes)  # other real-Hermes tests of the session expect it
+    elif name == "approval_deny":
+        assert hermes.danger_dir.is_dir(), "the denied command ran anyway"
+    return real
+
+
+@pytest.fixture(scope="module", autouse=True)
+def real_jobs_scenario(real_hermes: RealHermes) -> Iterator[BackgroundScenario]:
+    """The real jobs scenario, started with the module's first test so its wait on the cron tick overlaps."""
+    with jobs_scenario_in_background(real_hermes) as background:
+        yield background
 
 
 # --- 1 + 2: the scenarios on both targets ---------------------------------------------------------------
@@ -202,17 +232,7 @@ def real_jobs_scenario(real_hermes: RealHermes) -> Iterator[BackgroundScenario]:
 async def test_scenario_passes_on_real_hermes_and_the_demo_matches_it(
     name: str, real_hermes: RealHermes, real_hermes_client: HermesClient, demo_hermes: DemoHermesServer
 ) -> None:
-    if name.startswith("approval_"):
-        restore_danger_dir(real_hermes)
-    real = await SCENARIOS[name](real_hermes_client, REAL_PROMPTS)
-    assert real.scenario == name
-    assert real.events or real.objects
-    if name == "approval_once":
-        assert not real_hermes.danger_dir.exists(), "the approved command did not really run"
-        restore_danger_dir(real_hermes)  # other real-Hermes tests of the session expect it
-    elif name == "approval_deny":
-        assert real_hermes.danger_dir.is_dir(), "the denied command ran anyway"
-
+    real = await play_on_real_hermes(name, real_hermes, real_hermes_client)
     async with client_for(demo_hermes) as demo_client:
         demo = await SCENARIOS[name](demo_client, DEMO_PROMPTS)
     assert_same_shape(real, demo)

@@ -3,13 +3,10 @@ back (`POST /api/sessions/{id}/chat`, straight to the gateway) still shows up, b
 `GET /api/sessions/{id}` state (message count, tokens) changes with it (`pheby.hermes.history_pages`).
 """
 
-from collections.abc import Callable
-
 import httpx
 import pytest
 
-from pheby.settings import Settings
-from tests.live_server import LiveServer, free_port
+from tests.live_server import LiveServer
 from tests.real_hermes import RealHermes
 from tests.ws_client import PhebyClient
 
@@ -17,13 +14,9 @@ pytestmark = [pytest.mark.anyio, pytest.mark.hermes, pytest.mark.live, pytest.ma
 
 
 async def test_a_turn_added_on_the_gateway_directly_shows_up_in_the_next_open(
-    start_live_server: Callable[[Settings], LiveServer],
-    make_settings: Callable[..., Settings],
-    real_hermes: RealHermes,
+    real_hermes_server: LiveServer, real_hermes: RealHermes
 ) -> None:
-    server = start_live_server(
-        make_settings(port=free_port(), hermes_url=real_hermes.base_url, hermes_api_key=real_hermes.api_key)
-    )
+    server = real_hermes_server
     client = await PhebyClient.connect(server.ws_url, server.secret)
     try:
         created = await client.request("conversation.create", "conversation.created")

@@ -2,28 +2,18 @@
 `run.steer` and a conversation's own model are `not_implemented` and every path is `declined`.
 (The 0.22-era gateway: tests/test_native_features_next_real_hermes.py.)"""
 
-from collections.abc import Callable
-
 import httpx
 import pytest
 
-from pheby.settings import Settings
 from tests.conftest import TEST_SECRET
-from tests.live_server import LiveServer, free_port
-from tests.real_hermes import RealHermes
+from tests.live_server import LiveServer
 from tests.ws_client import PhebyClient
 
 pytestmark = [pytest.mark.anyio, pytest.mark.hermes, pytest.mark.live, pytest.mark.xdist_group("hermes")]
 
 
-async def test_steer_and_a_conversations_model_are_declined_on_0_19_0(
-    start_live_server: Callable[[Settings], LiveServer],
-    make_settings: Callable[..., Settings],
-    real_hermes: RealHermes,
-) -> None:
-    server = start_live_server(
-        make_settings(port=free_port(), hermes_url=real_hermes.base_url, hermes_api_key=real_hermes.api_key)
-    )
+async def test_steer_and_a_conversations_model_are_declined_on_0_19_0(real_hermes_server: LiveServer) -> None:
+    server = real_hermes_server
     async with httpx.AsyncClient(base_url=server.base_url) as http:
         body = (await http.get("/api/capabilities", headers={"Authorization": f"Bearer {TEST_SECRET}"})).json()
     assert set(body["capabilities"]["paths"].values()) == {"declined"}, body

@@ -9,7 +9,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -66,15 +66,6 @@ async def pheby_cli(server: LiveServer, *args: str) -> Any:
     out, err = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode == 0, err.decode()
     return json.loads(out)
-
-
-@pytest.fixture
-async def opened() -> AsyncIterator[list[PhebyClient]]:
-    clients: list[PhebyClient] = []
-    yield clients
-    for client in clients:
-        if client.ws.close_code is None:
-            await client.close()
 
 
 @pytest.fixture

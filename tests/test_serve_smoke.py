@@ -18,14 +18,13 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
 import httpx
 import pytest
-from moto.server import ThreadedMotoServer
 
 from demo_hermes import DemoHermesServer
 from handlers.support.app import create_app
@@ -34,6 +33,7 @@ from pheby.settings import Settings
 from pheby.startup_checks import StartupRefused, check_data_dir, run_startup_checks
 from storage import S3Store
 from tests.live_server import free_port
+from tests.s3_server import CuttableS3Server
 from tests.ws_client import PhebyClient
 
 SECRET = "smoke-owner-secret-0123456789abcdef"
@@ -62,20 +62,12 @@ class Served:
 
 
 @pytest.fixture
-def moto_endpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """moto's S3 server on a loopback port, and fake credentials (no real profile reachable)."""
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+def moto_endpoint(moto_s3: CuttableS3Server, monkeypatch: pytest.MonkeyPatch) -> str:
+    """moto's S3 server on a loopback port (tests/s3_server.py, with fake credentials and no real profile
+    reachable), and these credentials in the environment."""
     for name, value in FAKE_AWS.items():
         monkeypatch.setenv(name, value)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
+    return moto_s3.url
 
 
 @pytest.fixture

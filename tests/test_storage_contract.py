@@ -1,5 +1,7 @@
 """One contract suite for every BlobStore: local disk, moto in-process and moto's HTTP server.
 
+moto's server and the fake AWS credentials are tests/s3_server.py's (``moto_server_url``, ``aws_credentials``).
+
 Big streams are generated lazily in 64 KiB pieces, as a request body would arrive.
 """
 
@@ -14,7 +16,6 @@ import anyio
 import pytest
 from botocore.stub import ANY, Stubber
 from moto import mock_aws
-from moto.server import ThreadedMotoServer
 
 from storage import (
     BlobExists,
@@ -49,29 +50,6 @@ class Backend:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@pytest.fixture(scope="session")
-def moto_server_url() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        yield f"http://{host}:{port}"  # what PHEBY_S3_ENDPOINT_URL would hold
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def aws_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Fake credentials, and no way to reach a real profile."""
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_SESSION_TOKEN", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
 
 
 @pytest.fixture(params=[LOCAL, *S3_BACKENDS])

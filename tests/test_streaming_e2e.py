@@ -3,7 +3,7 @@ WebSocket compression."""
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -19,14 +19,6 @@ from tests.ws_client import Frame, PhebyClient
 pytestmark = [pytest.mark.anyio, pytest.mark.live]
 LONG_RUN_SECONDS = 90.0
 LONG_STREAM = "/demo long-stream"
-
-
-@pytest.fixture
-async def opened() -> AsyncIterator[list[PhebyClient]]:
-    clients: list[PhebyClient] = []
-    yield clients
-    for client in clients:
-        await client.close()
 
 
 @pytest.fixture

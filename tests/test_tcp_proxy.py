@@ -109,3 +109,38 @@ def test_a_refusing_target_resets_the_client_and_retarget_moves_new_connections(
     proxy.retarget(echo_port)
     with connect(proxy) as sock:
         assert echoed(sock, b"back") == b"back"
+
+
+def test_refuse_resets_new_connections_until_retarget(make_tcp_proxy: Callable[..., TcpProxy], echo_port: int) -> None:
+    proxy = make_tcp_proxy(echo_port)
+    with connect(proxy) as kept:
+        assert echoed(kept, b"before") == b"before"
+        proxy.refuse()
+        with connect(proxy) as refused:
+            assert is_cut(refused)
+        assert echoed(kept, b"kept") == b"kept"  # the current connection stays
+    assert proxy.stats().refused == 1
+    proxy.retarget(echo_port)
+    with connect(proxy) as sock:
+        assert echoed(sock, b"back") == b"back"
+
+
+def test_freeze_holds_every_connection_open_and_silent_until_thaw(
+    make_tcp_proxy: Callable[..., TcpProxy], echo_port: int
+) -> None:
+    proxy = make_tcp_proxy(echo_port)
+    with connect(proxy) as current:
+        assert echoed(current, b"one") == b"one"
+        proxy.freeze()
+        with connect(proxy) as new:
+            for sock in (current, new):
+                sock.sendall(b"held")
+                sock.settimeout(0.5)
+                with pytest.raises(TimeoutError):  # open (no reset, no EOF), and silent
+                    sock.recv(1)
+                sock.settimeout(5)
+            assert proxy.stats().cut == proxy.stats().refused == 0
+            proxy.thaw()
+            assert new.recv(4) == b"held"
+        assert current.recv(4) == b"held"
+        assert echoed(current, b"flowing") == b"flowing"

@@ -5,13 +5,11 @@ needs approval, SLOW streams slowly, anything else is echoed.
 """
 
 import itertools
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from pheby.settings import Settings
-from tests.live_server import LiveServer, free_port
+from tests.live_server import LiveServer
 from tests.real_hermes import RealHermes
 from tests.ws_client import PhebyClient
 
@@ -19,14 +17,8 @@ pytestmark = [pytest.mark.anyio, pytest.mark.hermes, pytest.mark.live, pytest.ma
 
 
 @pytest.fixture
-def server(
-    start_live_server: Callable[[Settings], LiveServer],
-    make_settings: Callable[..., Settings],
-    real_hermes: RealHermes,
-) -> LiveServer:
-    return start_live_server(
-        make_settings(port=free_port(), hermes_url=real_hermes.base_url, hermes_api_key=real_hermes.api_key)
-    )
+def server(real_hermes_server: LiveServer) -> LiveServer:
+    return real_hermes_server
 
 
 async def chat(client: PhebyClient, text: str) -> tuple[str, str]:
