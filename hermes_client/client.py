@@ -60,6 +60,13 @@ class _JobList(msgspec.Struct, frozen=True):
 _TERMINAL_TYPES: Final = frozenset(TERMINAL_EVENTS)  # a set lookup: isinstance() on Structs is ~10x slower
 
 
+def _reset_while_connecting(exc: AttributeError) -> bool:
+    """A connection the peer reset right after it was made (a proxy in front of a dead Hermes): anyio's
+    socket stream then asks the closed socket for its peer name and raises this AttributeError, not an
+    OSError httpx would map. Any other AttributeError is a bug and goes on up."""
+    return "getpeername" in str(exc)
+
+
 def _decode(response: httpx.Response, type_: type[T]) -> T:
     try:
         return msgspec.json.decode(response.content, type=type_)
@@ -210,6 +217,10 @@ class HermesClient:
             raise HermesUnavailable(f"Hermes did not answer in time ({type(exc).__name__})") from exc
         except httpx.TransportError as exc:
             raise HermesUnavailable(f"cannot reach Hermes ({type(exc).__name__})") from exc
+        except AttributeError as exc:
+            if not _reset_while_connecting(exc):
+                raise
+            raise HermesUnavailable("cannot reach Hermes (the connection was reset)") from exc
         if not response.is_success:
             raise error_from_response(response.status_code, response.content)
         return response
@@ -309,6 +320,10 @@ class HermesClient:
             raise HermesUnavailable(f"the run event stream stalled ({type(exc).__name__})") from exc
         except httpx.TransportError as exc:
             raise HermesUnavailable(f"the run event stream broke ({type(exc).__name__})") from exc
+        except AttributeError as exc:
+            if not _reset_while_connecting(exc):
+                raise
+            raise HermesUnavailable("the run event stream broke (the connection was reset)") from exc
         raise HermesUnavailable("the run event stream ended before the run finished")
 
     async def get_run(self, run_id: str) -> RunStatus:

@@ -137,6 +137,11 @@ class TcpProxy:
             for connection in carried:
                 self._drop(connection)
             await asyncio.gather(*(task for c in carried for task in c.pumps), return_exceptions=True)
+            # Connections still being made (a client accepted, its upstream not yet reached) end too.
+            others = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in others:
+                task.cancel()
+            await asyncio.gather(*others, return_exceptions=True)
 
         with contextlib.suppress(Exception):
             self._call(shutdown())

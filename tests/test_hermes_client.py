@@ -727,3 +727,25 @@ async def test_two_readers_of_a_live_run_on_the_replaying_demo_see_the_same_even
         group.start_soon(read, 1)
     assert results[0] == results[1]
     assert isinstance(results[0][-1], RunCompleted)
+
+
+async def test_a_connection_reset_while_it_is_set_up_is_hermes_unavailable() -> None:
+    """Through a proxy in front of a dead Hermes, the connection is reset just after it is made; anyio's
+    socket stream then asks the closed socket for its peer and raises AttributeError instead of an
+    OSError. That is Hermes being unreachable, for requests and for run streams alike, never a crash."""
+
+    def reset(request: httpx.Request) -> httpx.Response:
+        raise AttributeError("'NoneType' object has no attribute 'getpeername'")
+
+    async with mock_client(reset) as client:
+        with pytest.raises(HermesUnavailable):
+            await client.get_run(RUN_ID)
+        with pytest.raises(HermesUnavailable):
+            await read_events(client)
+
+    def bug(request: httpx.Request) -> httpx.Response:
+        raise AttributeError("'Request' object has no attribute 'nonsense'")
+
+    async with mock_client(bug) as client:
+        with pytest.raises(AttributeError):  # any other AttributeError is a bug, not an outage
+            await client.get_run(RUN_ID)

@@ -159,7 +159,9 @@ async def test_a_killed_hermes_fails_the_run_and_the_conversation_works_once_it_
     make_demo_hermes: Callable[..., DemoHermesServer],
     cut_first: bool,
 ) -> None:
-    await kill_and_revive_the_demo(client, proxy, hermes, make_demo_hermes, cut_first=cut_first)
+    await kill_and_revive_the_demo(
+        client, proxy, hermes, make_demo_hermes, cut_first=cut_first, failed_error=LOST_CONTACT
+    )
 
 
 async def test_hermes_gone_mid_run_fails_the_run_lost_contact_and_a_new_hermes_serves_the_next(
