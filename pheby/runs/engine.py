@@ -39,7 +39,7 @@ from pheby.protocol.hub import Hub
 from pheby.redact import sanitize_error
 from pheby.runs import translate as tr
 from pheby.runs.active import ActiveRun, AssistantTurn
-from pheby.runs.decisions import Answer, Decision, Resolved, resolved_id
+from pheby.runs.decisions import Answer, Decision, Kind, Resolved, resolved_id
 from pheby.runs.media import DeliverMedia, MediaDelivery
 from pheby.runs.plugin_inputs import (
     PluginClarifyAsked,
@@ -614,18 +614,26 @@ class RunManager:
                 run.reader.cancel()
             self._finish(run, "cancelled")
 
-    async def respond_approval(
-        self, account_id: str, approval_id: str, choice: str, request_id: str | UnsetType
-    ) -> None:
-        run = self._decision_runs.get(approval_id)
-        answer = Answer(choice, request_id)
+    def _begin_answer(
+        self, account_id: str, decision_id: str, kind: Kind, answer: Answer, unknown: type[NotFound]
+    ) -> tuple[ActiveRun, Decision]:
+        """The run and pending decision a client's answer is for, now marked as being answered; `unknown`
+        when it is unknown, stale, another account's, or another client's answer is already on its way."""
+        run = self._decision_runs.get(decision_id)
         decision = (
-            run.decisions.begin_answer(approval_id, "approval", answer)
+            run.decisions.begin_answer(decision_id, kind, answer)
             if run is not None and run.account.id == account_id
             else None
         )
         if run is None or decision is None:
-            raise ApprovalNotFound()  # unknown, stale, or another client's answer is already on its way
+            raise unknown()
+        return run, decision
+
+    async def respond_approval(
+        self, account_id: str, approval_id: str, choice: str, request_id: str | UnsetType
+    ) -> None:
+        answer = Answer(choice, request_id)
+        run, decision = self._begin_answer(account_id, approval_id, "approval", answer, ApprovalNotFound)
         try:
             await run.client.respond_approval(run.hermes_run_id, choice)
         except (hc.HermesNotFound, hc.HermesRejected):
@@ -646,15 +654,8 @@ class RunManager:
     async def respond_clarify(
         self, account_id: str, clarify_id: str, response: str, request_id: str | UnsetType
     ) -> None:
-        run = self._decision_runs.get(clarify_id)
         answer = Answer(response, request_id)
-        decision = (
-            run.decisions.begin_answer(clarify_id, "clarify", answer)
-            if run is not None and run.account.id == account_id
-            else None
-        )
-        if run is None or decision is None:
-            raise ClarifyNotFound()  # unknown, stale, or another client's answer is already on its way
+        run, decision = self._begin_answer(account_id, clarify_id, "clarify", answer, ClarifyNotFound)
         try:
             answered = await self._answer_clarify(run, decision, response)
         except BaseException as exc:
