@@ -74,11 +74,11 @@ class Services:
             self.hub,
             self.conversations,
             hermes.for_account,
+            self.history,
             self._deliver_media,
             self.conversation_settings,
             anchor_turn=self.attachments.anchor,
             attachments=self.attachments,
-            history=self.history,
         )
         self._background: set[asyncio.Task[Any]] = set()
         self._finishing: set[asyncio.Task[Any]] = set()

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from pheby.settings import Settings
+from tests.fake_llm import text_of
 from tests.live_server import LiveServer, free_port
 from tests.real_hermes import RealHermes, hermes_gateway
 from tests.ws_client import PhebyClient
@@ -61,4 +62,14 @@ async def test_history_shows_every_turn_after_a_compaction(
     numbers = [int(m["message_id"][1:]) for m in history["messages"]]
     assert numbers == sorted(set(numbers))
     assert not any(m["text"].startswith("[CONTEXT COMPACTION") for m in history["messages"])
+
+    # The next run is sent the history Hermes keeps (its summary, not the turns it replaced), whether the
+    # server reads the transcript for it or takes it from what it kept of the last read.
+    accepted = await client.request("chat.send", "run.accepted", conversation_id=conversation_id, text="TURN5")
+    assert (await client.expect("run.finished", run_id=accepted["run_id"], timeout=120))["status"] == "completed"
+    asked = next(r for r in reversed(hermes.chat_requests()) if "TURN5" in text_of(r["messages"][-1]["content"]))
+    contents = [text_of(m["content"]) for m in asked["messages"] if m["role"] in ("user", "assistant")]
+    assert any(c.startswith("[CONTEXT COMPACTION") or "COMPACTION SUMMARY" in c for c in contents), contents
+    assert not any(c.startswith("TURN1 ") for c in contents)
+    assert "TURN5" in contents[-1]
     await client.close()

@@ -5,6 +5,8 @@ The server reaches a demo Hermes of the test's own through a TCP proxy (tests/tc
 records every request: the transcript reads (`GET /api/sessions/{id}/messages`) are counted there.
 """
 
+import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -14,7 +16,7 @@ from demo_hermes import DemoHermesServer
 from pheby.settings import Settings
 from tests.live_server import LiveServer, hermes_settings
 from tests.tcp_proxy import TcpProxy
-from tests.test_ws_e2e import new_conversation, run_to_end
+from tests.test_ws_e2e import new_conversation, of_types, run_to_end
 from tests.ws_client import Frame, PhebyClient
 
 pytestmark = [pytest.mark.anyio, pytest.mark.live]
@@ -52,6 +54,19 @@ async def client(
 
 def transcript_reads(proxy: TcpProxy, conversation_id: str) -> int:
     return proxy.requests().count(("GET", f"/api/sessions/pheby_{conversation_id}/messages"))
+
+
+async def logged_after_its_run(proxy: TcpProxy, conversation_id: str, timeout: float = 10) -> None:
+    """Wait (bounded) until the transcript was read after the newest run was made: the turn is logged."""
+    read = ("GET", f"/api/sessions/pheby_{conversation_id}/messages")
+    deadline = time.monotonic() + timeout
+    while True:
+        requests = proxy.requests()
+        made = max(i for i, request in enumerate(requests) if request == ("POST", "/v1/runs"))
+        if read in requests[made:]:
+            return
+        assert time.monotonic() < deadline, requests[-20:]
+        await asyncio.sleep(0.02)
 
 
 async def open_page(client: PhebyClient, conversation_id: str, **fields: Any) -> Frame:
@@ -124,3 +139,20 @@ async def test_pages_from_the_log_are_the_pages_of_the_whole_history(client: Phe
         "conversation.open", "conversation.history", conversation_id=conversation_id, before_message_id="m999999"
     )
     assert unknown["error"]["code"] == "not_found", unknown
+
+
+async def test_a_run_in_a_conversation_the_log_holds_is_sent_its_history_without_reading_the_transcript(
+    client: PhebyClient, proxy: TcpProxy
+) -> None:
+    """0.19.0 loads no history for a run, so the server sends it: from what it keeps, like history pages."""
+    conversation_id = await new_conversation(client)
+    for text in ("one", "two"):
+        await run_to_end(client, conversation_id, text)
+        await logged_after_its_run(proxy, conversation_id)
+    before = len(proxy.requests())
+    frames = await run_to_end(client, conversation_id, "/demo echo")
+    since = proxy.requests()[before:]
+    made = since.index(("POST", "/v1/runs"))
+    assert ("GET", f"/api/sessions/pheby_{conversation_id}/messages") not in since[:made], since
+    echo = of_types(frames, "message.complete")[0]["text"]
+    assert "history=4" in echo.replace(" ", "")  # both earlier turns went with the run

@@ -7,7 +7,7 @@ import hermes_client as hc
 from pheby.errors import NotFound
 from pheby.files.media_tags import strip_media
 from pheby.protocol.frames import HistoryMessage, iso_utc
-from pheby.store.conversations import Conversations, input_digest
+from pheby.store.conversations import Conversations, TranscriptTurn, input_digest
 
 HISTORY_LIMIT_MAX = 500
 HISTORY_LIMIT_DEFAULT = 200
@@ -37,6 +37,17 @@ async def transcript(client: hc.HermesClient, session_ids: Sequence[str]) -> lis
         except hc.HermesNotFound:
             continue
     return messages
+
+
+def text_turns(messages: Sequence[hc.SessionMessage]) -> list[TranscriptTurn]:
+    """The user and assistant messages with text, oldest first, as Hermes stored them: a run's history
+    where the gateway loads none itself (0.19.0). A compaction summary is one of them, as it is for
+    Hermes's own model calls; the turns it replaced are not."""
+    return [
+        TranscriptTurn(message.id, message.role, message.content)
+        for message in messages
+        if message.role in ("user", "assistant") and isinstance(message.content, str) and message.content.strip()
+    ]
 
 
 def _shown(message: hc.SessionMessage, original_inputs: dict[str, str]) -> HistoryMessage | None:

@@ -1,7 +1,7 @@
 """Pages of a conversation's history from what the server logged of it, reading Hermes only when it changed.
 
 0.19.0's `GET /api/sessions/{id}/messages` has no paging, so reading a transcript costs the whole
-conversation. The server already logs what history shows (`Conversations.log_history`, table
+conversation. The server already logs what history shows (`Conversations.log_transcript`, table
 history_log). `HistoryPages` remembers, per conversation, the state of its Hermes sessions
 (`GET /api/sessions/{id}`: message count, tokens and end, one small request per session) at which the log was
 seen to hold exactly what history shows: the log is "in sync" at that state. A `conversation.open`
@@ -10,8 +10,13 @@ conversation's length); changed (a turn of a run, one added behind the server's 
 session added or resolved to a continuation), the transcript is read once, the log brought up to
 date, and the new state remembered if the log then matches. Nothing is cached but the states (a
 bounded number of small tuples), so a restart costs one full read per conversation.
+
+The same read keeps the text turns Hermes lists, as it stored them (`Conversations.log_transcript`,
+table transcript_turns): a run is sent them as its history (`turns_before_run`), from the table
+while the log is in sync, so a run doesn't read the whole transcript either.
 """
 
+import contextlib
 import sqlite3
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -19,9 +24,9 @@ from typing import Final
 
 import hermes_client as hc
 from pheby.db import Database
-from pheby.hermes.history import shown_history, transcript
+from pheby.hermes.history import shown_history, text_turns, transcript
 from pheby.protocol.frames import HistoryMessage
-from pheby.store.conversations import Conversation, Conversations
+from pheby.store.conversations import Conversation, Conversations, TranscriptTurn
 
 SYNC_STATES_MAX: Final = 10_000  # conversations whose in-sync state is remembered (least recently opened go)
 
@@ -69,6 +74,17 @@ class HistoryPages:
             if logged is not None:
                 return logged
         return await self._read_whole(client, conversation, state)
+
+    async def turns_before_run(self, client: hc.HermesClient, conversation: Conversation) -> list[TranscriptTurn]:
+        """The text turns Hermes lists now, oldest first (a run's history): kept ones when in sync, else
+        read whole, which also logs the history (before the run can compact it away). Raises `HermesError`."""
+        state = await self._state(client, conversation)
+        if self._synced.get(conversation.id) == state:
+            self._synced.move_to_end(conversation.id)
+            with contextlib.suppress(sqlite3.Error):  # else Hermes is read instead
+                return await self._conversations.transcript_turns(conversation.id)
+        stored, _ = await self._read_and_log(client, conversation, state, strict=False)
+        return text_turns(stored)
 
     async def _state(self, client: hc.HermesClient, conversation: Conversation) -> SyncState:
         session_ids = list(conversation.session_ids)
@@ -119,7 +135,7 @@ class HistoryPages:
             self._resolved[conversation.id] = (*self._resolved.get(conversation.id, ()), *resolved)
             self._resolved = dict(list(self._resolved.items())[-self._states_max :])
         try:
-            await self._conversations.log_history(conversation.id, shown)
+            await self._conversations.log_transcript(conversation.id, shown, text_turns(stored))
             logged = await self._conversations.logged_history(conversation.id)
         except sqlite3.Error:
             if strict:

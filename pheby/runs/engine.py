@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import logging
 import secrets
-import sqlite3
 import time
 import uuid
 from collections import Counter, OrderedDict
@@ -31,7 +30,6 @@ from pheby.errors import (
 from pheby.files.media_tags import media_paths, strip_media
 from pheby.hermes.failures import hermes_failure
 from pheby.hermes.features import NO_RUN_OPTIONS, RunOptions
-from pheby.hermes.history import transcript
 from pheby.hermes.history_pages import HistoryPages
 from pheby.plugin.extras import NO_EXTRAS, PluginExtras
 from pheby.protocol import frames as ev
@@ -61,10 +59,10 @@ from pheby.runs.reader import (
 )
 from pheby.runs.settled import SettledTurn, SettledTurns
 from pheby.runs.tool_merge import ToolMerge
-from pheby.runs.turn_log import AnchorTurn, TurnLog, text_turns
+from pheby.runs.turn_log import AnchorTurn, TurnLog
 from pheby.store.accounts import Account
 from pheby.store.attachments import Attachments, attachment_added
-from pheby.store.conversations import Conversation, Conversations
+from pheby.store.conversations import Conversation, Conversations, TranscriptTurn
 
 log = logging.getLogger("pheby.runs")
 
@@ -117,12 +115,12 @@ class RunManager:
         hub: Hub,
         conversations: Conversations,
         hermes_for: HermesFor,
+        history: HistoryPages,
         deliver_media: DeliverMedia | None = None,
         plugin: RunPlugin | None = None,
         anchor_turn: AnchorTurn | None = None,
         attachments: Attachments | None = None,
         recovery: RecoveryTiming = DEFAULT_TIMING,
-        history: HistoryPages | None = None,
     ) -> None:
         self._hub = hub
         self._conversations = conversations
@@ -138,6 +136,7 @@ class RunManager:
         self._last_tools: dict[str, list[ev.ToolState]] = {}
         self._transitions: Counter[str] = Counter()
         self._settled = SettledTurns()
+        self._history = history
         self._turn_log = TurnLog(conversations, self._settled, anchor_turn, self._transitions, history)
         self._deleting: set[str] = set()  # conversations being deleted: no new run may start
         self._readers: set[asyncio.Task[None]] = set()  # each run's reader, with its after-turn work
@@ -250,15 +249,11 @@ class RunManager:
             options = (
                 NO_RUN_OPTIONS if self._plugin is None else await self._plugin.run_options(run.account, conversation)
             )
-            stored = await self._stored_turns(run, conversation)
-            if stored is not None:
-                run.sent_text, run.stored_before = hermes_input, max((m.id for m in stored), default=0)
-                try:
-                    await self._turn_log.log(conversation.id, stored)  # before this run can compact it away
-                except sqlite3.Error:
-                    log.exception("logging the history of conversation %s failed", conversation.id)
+            turns = await self._turns_before_run(run, conversation)
+            if turns is not None:
+                run.sent_text, run.stored_before = hermes_input, max((t.hermes_id for t in turns), default=0)
             # With the plugin's tool-aware history, Hermes gets the stored turns; else the text-only ones.
-            history = None if run.extras.history else text_turns(stored or [])
+            history = None if run.extras.history else [{"role": t.role, "content": t.content} for t in turns or []]
             if conversation.id in self._deleting:  # don't make a run in a conversation being deleted
                 raise ConversationNotFound()
             # Before the run is made: between its first plugin pushes and run.accepted nothing may await.
@@ -322,11 +317,12 @@ class RunManager:
                 lambda ended: self._perform(run, tr.tool_ended(run.view, ended)),
             )
 
-    async def _stored_turns(self, run: ActiveRun, conversation: Conversation) -> list[hc.SessionMessage] | None:
-        """The transcript before the run. Without it the run can't be sent (no history), unless the
-        plugin supplies the history: then the run goes ahead, unlogged and its files unanchored (None)."""
+    async def _turns_before_run(self, run: ActiveRun, conversation: Conversation) -> list[TranscriptTurn] | None:
+        """The text turns before the run (`HistoryPages.turns_before_run`). Without them the run can't be
+        sent (no history), unless the plugin supplies the history: then the run goes ahead, its turn
+        unfound afterwards and its files unanchored (None)."""
         try:
-            return await transcript(run.client, conversation.session_ids)
+            return await self._history.turns_before_run(run.client, conversation)
         except hc.HermesError:
             if not run.extras.history:
                 raise

@@ -1,8 +1,8 @@
-"""What history keeps of each turn, before and after its run.
+"""What history keeps of each turn after its run.
 
-Before a run the transcript is logged as history shows it, so Hermes's context compression can't
-hide those turns later (`pheby.hermes.history.with_logged`). After it, once Hermes has stored the turn,
-it is logged again and the turn's files are re-anchored: during a run the user's turn is
+(Before a run, `HistoryPages.turns_before_run` has the transcript logged, so Hermes's context compression
+can't hide those turns later: `pheby.hermes.history.with_logged`.) Once Hermes has stored the turn, it
+is logged and the turn's files are re-anchored: during a run the user's turn is
 `user-<run id>` and the answer `draft-<run id>`; history calls them `m<Hermes id>`, and a
 reconnecting client must be able to put each file under its message.
 """
@@ -13,9 +13,8 @@ from collections.abc import Awaitable, Callable
 
 import hermes_client as hc
 from pheby.errors import NotFound
-from pheby.hermes.history import shown_history, transcript, turn_message_ids
+from pheby.hermes.history import turn_message_ids
 from pheby.hermes.history_pages import HistoryPages
-from pheby.protocol import frames as ev
 from pheby.runs.active import ActiveRun
 from pheby.runs.settled import SettledTurns
 from pheby.store.conversations import Conversations
@@ -31,7 +30,7 @@ class TurnLog:
         settled: SettledTurns,
         anchor_turn: AnchorTurn | None,
         transitions: Counter[str],
-        history: HistoryPages | None = None,
+        history: HistoryPages,
     ) -> None:
         self._conversations = conversations
         self._history = history
@@ -39,21 +38,12 @@ class TurnLog:
         self._anchor_turn = anchor_turn
         self._transitions = transitions
 
-    async def log(self, conversation_id: str, stored: list[hc.SessionMessage]) -> list[ev.HistoryMessage]:
-        """Keep what history shows now; return it."""
-        shown = await shown_history(self._conversations, conversation_id, stored)
-        await self._conversations.log_history(conversation_id, shown)
-        return shown
-
     async def after_turn(self, run: ActiveRun) -> None:
         """Once Hermes has stored the run's turn: log it, anchor its files, and tell the kept turns."""
         try:
             conversation = await self._conversations.get(run.account.id, run.conversation_id)
-            if self._history is not None:  # also lets the next conversation.open read the log
-                stored, shown = await self._history.read_and_log(run.client, conversation)
-            else:
-                stored = await transcript(run.client, conversation.session_ids)
-                shown = await self.log(conversation.id, stored)
+            # Also lets the next conversation.open, and the next run, read what is kept.
+            stored, shown = await self._history.read_and_log(run.client, conversation)
         except (NotFound, hc.HermesError, sqlite3.IntegrityError):
             return  # deleted meanwhile, or Hermes can't say: the run's ids stay
         user_id, answer_id = turn_message_ids(stored, shown, run.stored_before, run.sent_text)
@@ -66,12 +56,3 @@ class TurnLog:
         if user_id and (answer_id or not run.draft.strip()):
             # The transcript holds the turn now: snapshots from here on read it there.
             self._settled.stored(run.conversation_id, run.run_id, user_id, answer_id)
-
-
-def text_turns(stored: list[hc.SessionMessage]) -> list[dict[str, str]]:
-    """User/assistant turns with text, oldest first (0.19.0 doesn't load history for /v1/runs)."""
-    return [
-        {"role": message.role, "content": message.content}
-        for message in stored
-        if message.role in ("user", "assistant") and isinstance(message.content, str) and message.content.strip()
-    ]

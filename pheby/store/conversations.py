@@ -6,6 +6,7 @@ import sqlite3
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from typing import NamedTuple
 
 import msgspec
 
@@ -32,6 +33,14 @@ class Conversation(msgspec.Struct, frozen=True, kw_only=True):
     def session_id(self) -> str | None:
         """The session new turns go to (the newest one)."""
         return self.session_ids[-1] if self.session_ids else None
+
+
+class TranscriptTurn(NamedTuple):
+    """A user or assistant message with text, as Hermes stored it (what a run is sent as history)."""
+
+    hermes_id: int
+    role: str
+    content: str
 
 
 def clean_name(name: str | None) -> str:
@@ -220,8 +229,11 @@ class Conversations:
             )
         )
 
-    async def log_history(self, conversation_id: str, messages: Sequence[HistoryMessage]) -> None:
-        """Keep the messages history shows now that are newer than the newest kept so far."""
+    async def log_transcript(
+        self, conversation_id: str, shown: Sequence[HistoryMessage], turns: Sequence[TranscriptTurn]
+    ) -> None:
+        """In one transaction: keep the messages history shows now that are newer than the newest kept
+        so far, and make the kept text turns those Hermes lists now (`turns`, oldest first)."""
 
         def q(conn: sqlite3.Connection) -> None:
             newest = conn.execute(
@@ -229,10 +241,36 @@ class Conversations:
             ).fetchone()[0]
             conn.executemany(
                 "INSERT OR IGNORE INTO history_log (conversation_id, hermes_id, role, text, ts) VALUES (?, ?, ?, ?, ?)",
-                [(conversation_id, m.number, m.role, m.text, m.ts) for m in messages if m.number > newest],
+                [(conversation_id, m.number, m.role, m.text, m.ts) for m in shown if m.number > newest],
+            )
+            kept = {
+                TranscriptTurn(*row)
+                for row in conn.execute(
+                    "SELECT hermes_id, role, content FROM transcript_turns WHERE conversation_id = ?",
+                    (conversation_id,),
+                )
+            }
+            listed = set(turns)
+            conn.executemany(  # gone, or changed: a compaction rewrote the transcript
+                "DELETE FROM transcript_turns WHERE conversation_id = ? AND hermes_id = ?",
+                [(conversation_id, turn.hermes_id) for turn in kept - listed],
+            )
+            conn.executemany(
+                "INSERT INTO transcript_turns (conversation_id, hermes_id, role, content) VALUES (?, ?, ?, ?)",
+                [(conversation_id, *turn) for turn in turns if turn not in kept],
             )
 
         await self._db.transaction(q)
+
+    async def transcript_turns(self, conversation_id: str) -> builtins.list[TranscriptTurn]:
+        """The text turns `log_transcript` kept last, oldest first."""
+        rows = await self._db.run(
+            lambda c: c.execute(
+                "SELECT hermes_id, role, content FROM transcript_turns WHERE conversation_id = ? ORDER BY hermes_id",
+                (conversation_id,),
+            ).fetchall()
+        )
+        return [TranscriptTurn(*row) for row in rows]
 
     async def logged_history(self, conversation_id: str) -> builtins.list[HistoryMessage]:
         rows = await self._db.run(
