@@ -31,6 +31,9 @@ class DemoOptions:
     # Seconds ``POST …/approval`` and ``…/clarify`` wait after handing the answer to the agent before
     # replying, as a busy gateway may: the run's next events reach the stream first.
     answer_delay: float = 0.0
+    # Seconds ``POST /v1/runs`` takes to answer once it has made the run (the agent already runs), as a
+    # busy gateway may: for what happens to a run whose id the server doesn't know yet.
+    create_delay: float = 0.0
     # The 0.22-era features it has (``demo_hermes.newer``: any of run_replay, run_steer, model_options);
     # none = 0.19.0. Any iterable of names is taken; an unknown one is a ``ValueError``.
     features: frozenset[str] = frozenset()

@@ -172,7 +172,7 @@ class Revocations:
 
     async def _cancel_run(self, account_id: str, conversation_id: str, run_id: str) -> None:
         try:
-            await self._runs.cancel(account_id, conversation_id, run_id)
+            await self._runs.cancel(account_id, conversation_id, run_id, once_made=True)  # even one Hermes is making
         except PhebyError as exc:
             log.warning("run %s of a revoked account not cancelled: %s", run_id, exc.message)
         except Exception:

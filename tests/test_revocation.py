@@ -17,10 +17,11 @@ import pytest
 
 from demo_hermes import DemoHermesServer
 from pheby.db import Database
-from pheby.revocation import ACCOUNT_DISABLED, ACCOUNT_REVOKED, newly_ended
+from pheby.revocation import ACCOUNT_DISABLED, ACCOUNT_REVOKED, CHECK_SECONDS, newly_ended
+from pheby.runs.active import ActiveRun
 from pheby.settings import Settings
 from pheby.store.accounts import Accounts, CredentialState
-from tests.live_server import LiveServer
+from tests.live_server import LiveServer, hermes_settings
 from tests.ws_client import PhebyClient
 
 pytestmark = pytest.mark.anyio
@@ -231,3 +232,37 @@ async def test_an_expired_sessions_socket_is_closed(
     await assert_open(client)
     await assert_revoked(client, timeout=6.0)
     await assert_open(owner)
+
+
+@pytest.mark.live
+async def test_a_run_still_being_made_when_its_account_is_disabled_is_cancelled_once_hermes_makes_it(
+    start_live_server: Callable[[Settings], LiveServer],
+    live_settings: Callable[..., Settings],
+    make_demo_hermes: Callable[..., DemoHermesServer],
+    opened: list[PhebyClient],
+) -> None:
+    """Hermes has made the run but answers `POST /v1/runs` only after every sweep of the disable: the run
+    of the disabled account must not go on once the server learns its id."""
+    hermes = make_demo_hermes(create_delay=3 * CHECK_SECONDS + 1)
+    server = start_live_server(live_settings(**hermes_settings(hermes), media_roots=(hermes.media_dir,)))
+    alice = await PhebyClient.connect(server.ws_url, await add_account(server.settings, "alice"))
+    opened.append(alice)
+    created = await alice.request("conversation.create", "conversation.created", name="slow")
+    conversation_id = created["conversation_id"]
+    await alice.send("chat.send", conversation_id=conversation_id, text="/demo slow")
+    deadline = time.monotonic() + 10
+    while (run := server.services.runs.active(conversation_id)) is None:  # reserved, being made
+        assert time.monotonic() < deadline, "the send never reached the run engine"
+        await asyncio.sleep(0.02)
+
+    await pheby_cli(server, "disable", "alice")
+    await assert_revoked(alice, timeout=10.0)
+    await wait_until_made(run)
+    await assert_run_cancelled(server, hermes, conversation_id, run.hermes_run_id)
+
+
+async def wait_until_made(run: ActiveRun) -> None:
+    deadline = time.monotonic() + 20
+    while not run.made:
+        assert time.monotonic() < deadline, ("Hermes never made the run", run.phase.current)
+        await asyncio.sleep(0.02)

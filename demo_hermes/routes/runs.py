@@ -82,6 +82,8 @@ async def create_run(request: Request[Any, Any, Any]) -> Response[bytes]:
     run = state.runs.create(session_id=session_id, model=str(body.get("model") or "hermes-agent"))
     record_run_request(run, body)
     start_run(state, run, run_input)
+    if state.options.create_delay:
+        await asyncio.sleep(state.options.create_delay)
     session_key = request.headers.get("X-Hermes-Session-Key")
     headers = {"X-Hermes-Session-Key": session_key} if session_key else None
     return json_response({"run_id": run.run_id, "status": "started"}, 202, headers)

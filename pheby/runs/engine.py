@@ -584,12 +584,14 @@ class RunManager:
 
     # --- client decisions ----------------------------------------------------------------
 
-    async def cancel(self, account_id: str, conversation_id: str, run_id: str) -> None:
+    async def cancel(self, account_id: str, conversation_id: str, run_id: str, *, once_made: bool = False) -> None:
+        """Stop the run and wait (bounded) for it to end. A run Hermes has not made yet is `not_found`, unless
+        its conversation is being deleted or `once_made` (a revoke): then it is stopped as soon as it is made."""
         run = self._by_conversation.get(conversation_id)
         if run is None or run.run_id != run_id or run.account.id != account_id or run.finished.is_set():
             raise NotFound("No such active run")
         if not run.made:  # reserved, no Hermes run made yet
-            if conversation_id not in self._deleting:
+            if conversation_id not in self._deleting and not once_made:
                 raise NotFound("The run has not started yet")
             # A delete: the start sees the conversation going and makes no run, or made one just now.
             if not await _made_in_time(run) or self._by_conversation.get(conversation_id) is not run:
