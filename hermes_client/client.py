@@ -106,6 +106,11 @@ def _last_event_id_header(last_event_id: int | str | None) -> dict[str, str] | N
     return {"Last-Event-ID": value}
 
 
+def _offered(flag: Any) -> bool:
+    """A capabilities feature that is on: ``true``, or an object saying ``"supported": true``."""
+    return flag is True or (isinstance(flag, dict) and flag.get("supported") is True)
+
+
 def _without_none(body: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in body.items() if value is not None}
 
@@ -204,6 +209,7 @@ class HermesClient:
         *,
         json: Any = None,
         params: Mapping[str, str | int] | None = None,
+        headers: Mapping[str, str] | None = None,
         dashboard: bool = False,
     ) -> httpx.Response:
         http = self._gateway
@@ -212,7 +218,7 @@ class HermesClient:
                 raise HermesUnavailable("the Hermes dashboard API is not configured")
             http = self._dashboard
         try:
-            response = await http.request(method, path, json=json, params=params)
+            response = await http.request(method, path, json=json, params=params, headers=headers)
         except httpx.TimeoutException as exc:
             raise HermesUnavailable(f"Hermes did not answer in time ({type(exc).__name__})") from exc
         except httpx.TransportError as exc:
@@ -247,7 +253,7 @@ class HermesClient:
         return HermesCapabilities(
             version=health.version,
             advertised=True,
-            features=frozenset(name for name, value in document.features.items() if value is True),
+            features=frozenset(name for name, value in document.features.items() if _offered(value)),
             endpoints=frozenset(document.endpoints),
             model=document.model,
         )
@@ -264,11 +270,14 @@ class HermesClient:
         model: str | None = None,
         provider: str | None = None,
         model_options: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
     ) -> RunHandle:
         """Start a run. 0.19.0 loads no history for ``session_id``: pass ``conversation_history``.
 
         ``model``, ``provider`` and ``model_options`` (e.g. ``{"reasoning_effort": "low"}``) choose the model
         for this run alone on a gateway that advertises ``model_options``; 0.19.0 ignores all three.
+        ``idempotency_key`` (1-255 visible ASCII characters) goes as ``Idempotency-Key``: on a gateway that
+        advertises ``runs_idempotency``, the same request with the same key answers the run already made.
         """
         body = _without_none(
             {
@@ -283,7 +292,8 @@ class HermesClient:
                 "model_options": None if model_options is None else dict(model_options),
             }
         )
-        return _decode(await self._send("POST", "/v1/runs", json=body), RunHandle)
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        return _decode(await self._send("POST", "/v1/runs", json=body, headers=headers), RunHandle)
 
     async def run_events(self, run_id: str, last_event_id: int | str | None = None) -> AsyncGenerator[RunEvent, None]:
         """Stream the events of a run until its terminal event (completed, failed, cancelled or interrupted).

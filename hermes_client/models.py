@@ -61,7 +61,8 @@ class CapabilitiesDocument(_Response, frozen=True):
 class HermesCapabilities(_Response, frozen=True):
     """What one gateway offers, from ``/health`` and ``/v1/capabilities`` (``HermesClient.get_capabilities``).
 
-    ``features`` holds the names whose flag is ``true``; ``advertised`` is False for a gateway without the
+    ``features`` holds the names whose flag is ``true`` (or whose object says ``"supported": true``, as
+    ``runs_idempotency`` does); ``advertised`` is False for a gateway without the
     capabilities route, which then counts as offering nothing native. Ask these, never ``version``, which
     is informational (forks and newer releases keep the same flags).
     """
@@ -88,6 +89,12 @@ class HermesCapabilities(_Response, frozen=True):
         return "model_options" in self.features
 
     @property
+    def runs_idempotency(self) -> bool:
+        """``POST /v1/runs`` with an ``Idempotency-Key`` makes the run once: the same key again answers the
+        run it made (``replayed``), so a create whose answer was lost can be sent again."""
+        return "runs_idempotency" in self.features
+
+    @property
     def session_model_lock(self) -> bool:
         """``POST /api/sessions/{id}/model`` pins a session's model."""
         return "session_model_lock" in self.features
@@ -101,6 +108,7 @@ class RunHandle(_Response, frozen=True):
 
     run_id: str
     status: str
+    replayed: bool = False  # a 0.22-era gateway answering a repeated Idempotency-Key with the run it made
 
 
 class RunStatus(_Response, frozen=True):

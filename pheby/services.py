@@ -79,6 +79,7 @@ class Services:
             self.conversation_settings,
             anchor_turn=self.attachments.anchor,
             attachments=self.attachments,
+            features=self.hermes_features,
         )
         self._background: set[asyncio.Task[Any]] = set()
         self._finishing: set[asyncio.Task[Any]] = set()

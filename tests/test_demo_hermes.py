@@ -601,3 +601,19 @@ async def test_dashboard_auth(demo_hermes: DemoHermesServer) -> None:
         assert (await http.get("/api/config", headers=bearer)).status_code == 200
         gateway_key = {"Authorization": f"Bearer {demo_hermes.api_key}"}
         assert (await http.get("/api/config", headers=gateway_key)).status_code == 401
+
+
+async def test_idempotency_keys_only_with_the_feature_and_only_visible_ascii(
+    demo_hermes: DemoHermesServer, make_demo_hermes: Callable[..., DemoHermesServer]
+) -> None:
+    body = {"input": "hello"}
+    async with raw_http(demo_hermes, demo_hermes.api_key) as http:  # 0.19.0: the header means nothing
+        made = [(await http.post("/v1/runs", json=body, headers={"Idempotency-Key": "k1"})).json() for _ in "ab"]
+        assert made[0]["run_id"] != made[1]["run_id"]
+        assert "replayed" not in made[0]
+    idempotent = make_demo_hermes(features={"runs_idempotency"})
+    async with raw_http(idempotent, idempotent.api_key) as http:
+        for bad in (b"x" * 256, b"with space", "naïve".encode()):
+            refused = await http.post("/v1/runs", json=body, headers={b"Idempotency-Key": bad})
+            assert refused.status_code == 400, bad
+            assert refused.json()["error"]["code"] == "invalid_idempotency_key"

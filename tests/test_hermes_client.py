@@ -410,6 +410,7 @@ NEXT_CAPABILITIES = {
     "features": {
         "run_submission": True,
         "runs_idempotency": {"supported": True, "durable": True, "retention_seconds": 86400},
+        "browser_extension_control": {"enabled": False, "protocol_version": 1},
         "run_status": True,
         "run_events_sse": True,
         "run_stop": True,
@@ -460,7 +461,8 @@ async def test_capabilities_of_a_0_22_era_gateway_name_its_native_features() -> 
     assert (caps.version, caps.advertised, caps.model) == ("0.22.2.post1", True, "hermes-agent")
     assert caps.native == NATIVE_FEATURES
     assert (caps.run_steer, caps.model_options, caps.session_model_lock) == (True, True, True)
-    assert "runs_idempotency" not in caps.features, "only flags that are true count, not objects"
+    assert caps.runs_idempotency, "an object saying it is supported counts"
+    assert "browser_extension_control" not in caps.features, "an object that doesn't say so does not"
     assert "admin_config_rw" not in caps.features
 
 

@@ -26,10 +26,12 @@ import pytest
 from demo_hermes import DemoHermesServer
 from hermes_client import (
     HermesClient,
+    HermesRejected,
     MessageDelta,
     ReplayTruncated,
     RunCompleted,
     RunEvent,
+    RunHandle,
     RunSteered,
     ToolStarted,
     event_name,
@@ -110,6 +112,31 @@ async def test_capabilities_advertise_the_native_features(next_client: HermesCli
     assert caps.native == NATIVE_ON_NEXT
     assert {"run_steer", "model_options", "session_model_lock"} <= caps.endpoints
     assert "run_replay" not in caps.features, "replay is not advertised: the stream's own ids say it"
+
+
+async def idempotent_creates(client: HermesClient, prompt: str) -> tuple[RunHandle, RunHandle, HermesRejected]:
+    """Create a run with a key, the same again, then another body with that key; the run is then read to its end."""
+    key = unique("pheby-run")
+    with anyio.fail_after(60):
+        first = await client.create_run(prompt, idempotency_key=key)
+        again = await client.create_run(prompt, idempotency_key=key)
+        with pytest.raises(HermesRejected) as conflict:
+            await client.create_run(prompt + " (changed)", idempotency_key=key)
+        async with aclosing(client.run_events(first.run_id)) as stream:
+            events = [event async for event in stream]
+    assert isinstance(events[-1], RunCompleted)
+    return first, again, conflict.value
+
+
+async def test_a_repeated_idempotency_key_answers_the_run_already_made(
+    next_client: HermesClient, demo_hermes_next_client: HermesClient
+) -> None:
+    """What lets the server send a create again when its answer was lost; the demo does the same."""
+    for client, prompt in ((next_client, REAL_PROMPTS.plain), (demo_hermes_next_client, DEMO_PROMPTS.plain)):
+        assert (await client.get_capabilities()).runs_idempotency
+        first, again, conflict = await idempotent_creates(client, prompt)
+        assert (again.run_id, again.replayed, first.replayed) == (first.run_id, True, False)
+        assert (conflict.status, conflict.code) == (409, "idempotency_key_conflict")
 
 
 async def test_replay_after_a_reconnect_loses_and_repeats_nothing(next_client: HermesClient) -> None:

@@ -255,3 +255,51 @@ async def test_hermes_down_at_the_start_frees_the_slot_and_the_attachment(
     assert finished["status"] == "completed"
     assert [a["attachment"]["attachment_id"] for a in client.seen("attachment.added")] == [notes["attachment_id"]]
     assert str(proxy.port) not in json.dumps(client.frames)
+
+
+# Hermes makes the run, then takes a second to answer `POST /v1/runs`: time for the test to cut that answer.
+ANSWERS_CREATE_LATE: Final = {"create_delay": 1.0}
+
+
+async def send_and_lose_the_create_answer(
+    client: PhebyClient, hermes: DemoHermesServer, proxy: TcpProxy, conversation_id: str
+) -> None:
+    """`chat.send` a slow run; once Hermes has made it, cut the connection its create's answer would come on."""
+    await client.send("chat.send", conversation_id=conversation_id, text="/demo slow", request_id="send-1")
+    deadline = time.monotonic() + 10
+    while not hermes.state.runs.active():
+        assert time.monotonic() < deadline, "Hermes never made the run"
+        await asyncio.sleep(0.01)
+    assert proxy.cut_requests("POST", "/v1/runs") == 1
+
+
+@pytest.mark.parametrize("hermes", [{**ANSWERS_CREATE_LATE, "features": {"runs_idempotency"}}], indirect=True)
+async def test_a_create_whose_answer_is_lost_is_sent_again_and_hermes_answers_with_the_run_it_made(
+    client: PhebyClient, hermes: DemoHermesServer, proxy: TcpProxy
+) -> None:
+    """Where the gateway advertises `runs_idempotency`: the run it made is the run the client sees, once."""
+    conversation_id = (await client.request("conversation.create", "conversation.created"))["conversation_id"]
+    await send_and_lose_the_create_answer(client, hermes, proxy, conversation_id)
+    accepted = await client.expect("run.accepted", conversation_id=conversation_id, timeout=15)
+    assert accepted["request_id"] == "send-1"
+    finished = await client.expect("run.finished", run_id=accepted["run_id"], timeout=30)
+    assert finished["status"] == "completed", finished
+    completed = client.seen("message.complete", conversation_id=conversation_id)
+    assert [c["text"] for c in completed] == [SLOW_FINAL_TEXT]
+    assert not client.seen("error")
+    assert proxy.requests().count(("POST", "/v1/runs")) == 2  # sent again, with the same key
+    history = await client.request("conversation.open", "conversation.history", conversation_id=conversation_id)
+    assert [m["role"] for m in history["messages"]] == ["user", "assistant"]  # one run, not two
+
+
+@pytest.mark.parametrize("hermes", [ANSWERS_CREATE_LATE], indirect=True)
+async def test_without_idempotent_runs_a_lost_create_answer_is_the_clients_error(
+    client: PhebyClient, hermes: DemoHermesServer, proxy: TcpProxy
+) -> None:
+    """0.19.0 can't say whether it made the run: sending it again could run it twice, so it is sent once."""
+    conversation_id = (await client.request("conversation.create", "conversation.created"))["conversation_id"]
+    await send_and_lose_the_create_answer(client, hermes, proxy, conversation_id)
+    error = await client.expect("error", timeout=15)
+    assert error["request_id"] == "send-1"
+    assert error["error"]["message"] == "Hermes is unavailable right now; the message was not sent, try again"
+    assert proxy.requests().count(("POST", "/v1/runs")) == 1

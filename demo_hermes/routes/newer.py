@@ -60,6 +60,8 @@ def capabilities_document(features: frozenset[str]) -> dict[str, Any]:
     flags: dict[str, Any] = dict.fromkeys(_TRUE_0_19, True)
     flags.update(dict.fromkeys(_FALSE_0_19, False))
     flags.update(dict.fromkeys(sorted(features & _NEWER_ENDPOINTS.keys()), True))
+    if "runs_idempotency" in features:
+        flags["runs_idempotency"] = {"supported": True, "durable": False, "retention_seconds": 86400}
     flags["session_continuity_header"] = "X-Hermes-Session-Id"
     flags["session_key_header"] = "X-Hermes-Session-Key"
     flags["cors"] = False

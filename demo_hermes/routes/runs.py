@@ -1,6 +1,8 @@
 """``/v1/runs``: start a run, read its status, stream its events, answer its prompts, stop it."""
 
 import asyncio
+import hashlib
+import json
 from collections.abc import AsyncIterator
 from typing import Any, Final
 
@@ -20,6 +22,7 @@ APPROVAL_CHOICES: Final = ("once", "session", "always", "deny")
 APPROVAL_ALIASES: Final = {"approve": "once", "approved": "once", "allow": "once"}
 SUBSCRIBE_WAIT_SECONDS: Final = 1.0  # 0.19.0 waits this long for a run id that is not registered yet
 MAX_CLARIFY_RESPONSE: Final = 65536
+MAX_IDEMPOTENCY_KEY: Final = 255
 
 
 def _invalid_json() -> HermesHTTPError:
@@ -79,7 +82,19 @@ async def create_run(request: Request[Any, Any, Any]) -> Response[bytes]:
             error_type="rate_limit_error",
             headers={"Retry-After": "1"},
         )
+    idempotency_key = _idempotency_key(request) if "runs_idempotency" in state.features else None
+    fingerprint = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+    if idempotency_key is not None and (admitted := state.runs.admitted(idempotency_key)) is not None:
+        if admitted[0] != fingerprint:
+            raise api_error(
+                409, "Idempotency-Key was already used with a different request payload", "idempotency_key_conflict"
+            )
+        made = state.runs.get(admitted[1])
+        status = made.status if made is not None else "completed"
+        return json_response({"run_id": admitted[1], "status": status, "replayed": True}, 202)
     run = state.runs.create(session_id=session_id, model=str(body.get("model") or "hermes-agent"))
+    if idempotency_key is not None:
+        state.runs.admit(idempotency_key, fingerprint, run.run_id)
     record_run_request(run, body)
     start_run(state, run, run_input)
     if state.options.create_delay:
@@ -87,6 +102,16 @@ async def create_run(request: Request[Any, Any, Any]) -> Response[bytes]:
     session_key = request.headers.get("X-Hermes-Session-Key")
     headers = {"X-Hermes-Session-Key": session_key} if session_key else None
     return json_response({"run_id": run.run_id, "status": "started"}, 202, headers)
+
+
+def _idempotency_key(request: Request[Any, Any, Any]) -> str | None:
+    """The request's ``Idempotency-Key`` (None without one); 400 unless 1-255 visible ASCII characters."""
+    key = request.headers.get("Idempotency-Key", "").strip()
+    if not key:
+        return None
+    if len(key) > MAX_IDEMPOTENCY_KEY or not all("!" <= ch <= "~" for ch in key):
+        raise api_error(400, "Idempotency-Key must be 1-255 visible ASCII characters", "invalid_idempotency_key")
+    return key
 
 
 @get("/v1/runs/{run_id:str}")

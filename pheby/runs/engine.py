@@ -29,7 +29,7 @@ from pheby.errors import (
 )
 from pheby.files.media_tags import media_paths, strip_media
 from pheby.hermes.failures import hermes_failure
-from pheby.hermes.features import NO_RUN_OPTIONS, RunOptions
+from pheby.hermes.features import NO_RUN_OPTIONS, HermesFeatures, RunOptions
 from pheby.hermes.history_pages import HistoryPages
 from pheby.plugin.extras import NO_EXTRAS, PluginExtras
 from pheby.protocol import frames as ev
@@ -69,6 +69,8 @@ log = logging.getLogger("pheby.runs")
 CANCEL_GRACE_SECONDS = 5.0
 SHUTDOWN_START_WAIT_SECONDS = 3.0
 SHUTDOWN_AFTER_TURN_SECONDS = 3.0
+CREATE_TRIES = 3  # sends of one run's POST /v1/runs where the gateway makes a run once per Idempotency-Key
+CREATE_RETRY_SECONDS = 0.5  # times the try number
 START_WAIT_SECONDS = 30.0  # a cancel of a run still starting waits this long for Hermes to name it
 RUN_INSTRUCTIONS = (
     "You are talking with the user through the Pheby app, which renders Markdown. "
@@ -121,8 +123,10 @@ class RunManager:
         anchor_turn: AnchorTurn | None = None,
         attachments: Attachments | None = None,
         recovery: RecoveryTiming = DEFAULT_TIMING,
+        features: HermesFeatures | None = None,
     ) -> None:
         self._hub = hub
+        self._features = features  # what each gateway advertises (None: nothing)
         self._conversations = conversations
         self._hermes_for = hermes_for
         self._media = MediaDelivery(deliver_media)
@@ -259,15 +263,7 @@ class RunManager:
             # Before the run is made: between its first plugin pushes and run.accepted nothing may await.
             if conversation.session_id is None:
                 await self._conversations.add_session(conversation.id, session_id)
-            handle = await run.client.create_run(
-                hermes_input,
-                session_id=session_id,
-                conversation_history=history,
-                instructions=RUN_INSTRUCTIONS,
-                model=options.model,
-                provider=options.provider,
-                model_options=options.model_options,
-            )
+            handle = await self._create_run(run, hermes_input, session_id, history, options)
             self._watch_plugin(run, handle.run_id)
             run.phase.move("running")
             run.started.set()  # from here a cancel can stop it
@@ -316,6 +312,39 @@ class RunManager:
                 lambda began: self._perform(run, tr.tool_began(run.view, began)),
                 lambda ended: self._perform(run, tr.tool_ended(run.view, ended)),
             )
+
+    async def _create_run(
+        self,
+        run: ActiveRun,
+        hermes_input: str,
+        session_id: str,
+        history: list[dict[str, str]] | None,
+        options: RunOptions,
+    ) -> hc.RunHandle:
+        """`POST /v1/runs`. Where the gateway advertises `runs_idempotency`, the run's id goes as its
+        Idempotency-Key and a create whose answer was lost (Hermes may have made the run all the same) is
+        sent again, up to `CREATE_TRIES` times: Hermes answers with the run it made, so no run goes on
+        that the user can't see. Elsewhere a lost answer is the client's `error` (one try)."""
+        idempotent = self._features is not None and (await self._features.of(run.account)).runs_idempotency
+        tries = CREATE_TRIES if idempotent else 1
+        for attempt in range(1, tries + 1):
+            try:
+                return await run.client.create_run(
+                    hermes_input,
+                    session_id=session_id,
+                    conversation_history=history,
+                    instructions=RUN_INSTRUCTIONS,
+                    model=options.model,
+                    provider=options.provider,
+                    model_options=options.model_options,
+                    idempotency_key=run.run_id if idempotent else None,
+                )
+            except hc.HermesUnavailable as exc:
+                if attempt == tries:
+                    raise
+                log.warning("run %s: its create got no answer (%s); sending it again", run.run_id, exc)
+                await asyncio.sleep(CREATE_RETRY_SECONDS * attempt)
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     async def _turns_before_run(self, run: ActiveRun, conversation: Conversation) -> list[TranscriptTurn] | None:
         """The text turns before the run (`HistoryPages.turns_before_run`). Without them the run can't be
