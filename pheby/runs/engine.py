@@ -326,8 +326,8 @@ class RunManager:
         sent again, up to `CREATE_TRIES` times: Hermes answers with the run it made, so no run goes on
         that the user can't see. Elsewhere a lost answer is the client's `error` (one try)."""
         idempotent = self._features is not None and (await self._features.of(run.account)).runs_idempotency
-        tries = CREATE_TRIES if idempotent else 1
-        for attempt in range(1, tries + 1):
+        tries, attempt = (CREATE_TRIES if idempotent else 1), 1
+        while True:
             try:
                 return await run.client.create_run(
                     hermes_input,
@@ -344,7 +344,7 @@ class RunManager:
                     raise
                 log.warning("run %s: its create got no answer (%s); sending it again", run.run_id, exc)
                 await asyncio.sleep(CREATE_RETRY_SECONDS * attempt)
-        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+                attempt += 1
 
     async def _turns_before_run(self, run: ActiveRun, conversation: Conversation) -> list[TranscriptTurn] | None:
         """The text turns before the run (`HistoryPages.turns_before_run`). Without them the run can't be
