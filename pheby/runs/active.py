@@ -43,6 +43,7 @@ class ActiveRun:
         self.finished = asyncio.Event()
         self.started = asyncio.Event()  # set once Hermes has made the run, or `release` ended the attempt
         self.cancel_requested = False
+        self.read_now = asyncio.Event()  # set: the reader no longer waits for held-back text before a read
         self.reader: asyncio.Task[None] | None = None
         # The companion plugin's extras for this run (decided at start), and their state.
         self.extras: PluginExtras = NO_EXTRAS
