@@ -88,14 +88,14 @@ class DeltaCoalescer:
             stream.pending = event  # cumulative: the newest replaces the one waiting
             return
         self._forward(account_id, event)  # the first text of a window goes out at once
-        stream = _Stream(account_id, event.conversation_id, None, self._start_window(event.message_id), 0.0)
-        stream.window_ends = self._time() + self._window
+        stream = _Stream(account_id, event.conversation_id, None, *self._new_window(event.message_id))
         self._streams[event.message_id] = stream
         self._by_account.setdefault(account_id, {})[event.message_id] = stream
 
-    def _start_window(self, message_id: str) -> asyncio.TimerHandle:
+    def _new_window(self, message_id: str) -> tuple[asyncio.TimerHandle, float]:
+        """The timer that ends a new window of the message, and when it ends (loop time)."""
         loop = self._loop or asyncio.get_running_loop()
-        return loop.call_later(self._window, self._window_ended, message_id)
+        return loop.call_later(self._window, self._window_ended, message_id), loop.time() + self._window
 
     def _time(self) -> float:
         return (self._loop or asyncio.get_running_loop()).time()
@@ -112,8 +112,7 @@ class DeltaCoalescer:
     def _send_pending(self, message_id: str, stream: _Stream) -> None:
         event, stream.pending = stream.pending, None
         stream.timer.cancel()
-        stream.timer = self._start_window(message_id)
-        stream.window_ends = self._time() + self._window
+        stream.timer, stream.window_ends = self._new_window(message_id)
         if event is not None:
             self._forward(stream.account_id, event)
 
