@@ -17,6 +17,7 @@ from pheby.runs.reader import (
     LOST_ERROR,
     Contact,
     Outcome,
+    ReadNow,
     RecoveryTiming,
     ReplayLost,
     pause_while_held,
@@ -485,19 +486,15 @@ async def test_a_run_is_lost_five_seconds_after_its_stream_first_failed_however_
 # --- the reader's pause while the run's text is held back ------------------------------------------------
 
 
-async def test_the_reader_waits_until_just_before_the_window_ends_and_reads_at_once_otherwise(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+async def test_the_reader_waits_until_just_before_the_window_ends_and_reads_at_once_otherwise() -> None:
     waits: list[float] = []
-    real_timeout = asyncio.timeout
 
-    def recorded_timeout(delay: float) -> asyncio.Timeout:
-        waits.append(delay)
-        return real_timeout(0)  # no real waiting
+    class RecordingReadNow(ReadNow):
+        async def sleep(self, seconds: float) -> None:
+            waits.append(seconds)  # no real waiting
 
-    monkeypatch.setattr(asyncio, "timeout", recorded_timeout)
     held: list[float] = []  # what `held_for` answers, in turn
-    pause = pause_while_held(lambda: held.pop(0), asyncio.Event(), lead=0.005)
+    pause = pause_while_held(lambda: held.pop(0), RecordingReadNow(), lead=0.005)
 
     held[:] = [0.0]
     await pause()
@@ -517,13 +514,24 @@ async def test_the_reader_waits_until_just_before_the_window_ends_and_reads_at_o
 
 
 async def test_a_cancel_ends_the_readers_pause_at_once() -> None:
-    read_now = asyncio.Event()
+    read_now = ReadNow()
     pause = asyncio.ensure_future(pause_while_held(lambda: 3600.0, read_now)())
     await asyncio.sleep(0)
     assert not pause.done()  # waiting for text held back for an hour
     read_now.set()
     await asyncio.wait_for(pause, timeout=10)
     await asyncio.wait_for(pause_while_held(lambda: 3600.0, read_now)(), timeout=10)  # and never pauses again
+
+
+async def test_a_pause_that_is_cancelled_leaves_nothing_behind() -> None:
+    read_now = ReadNow()
+    pause = asyncio.ensure_future(read_now.sleep(3600.0))
+    await asyncio.sleep(0)
+    pause.cancel()  # the reader's task cancelled mid-pause (a cancel that gave up waiting, a shutdown)
+    with pytest.raises(asyncio.CancelledError):
+        await pause
+    read_now.set()  # nothing sleeping: no error
+    assert read_now.is_set
 
 
 async def test_resumed_events_hands_the_pause_to_every_subscription() -> None:

@@ -132,9 +132,43 @@ async def resumed_events(
             delay = min(delay * 2, timing.max_delay)
 
 
-def pause_while_held(
-    held_for: Callable[[], float], read_now: asyncio.Event, lead: float = READ_LEAD_SECONDS
-) -> hc.ReadPause:
+class ReadNow:
+    """Set once (by a cancel): the run's reader stops pausing before its reads, at once and from then on.
+
+    A pause is a plain sleep this can end: one future and one timer, as `asyncio.sleep` (a pause per
+    window; `asyncio.timeout` around an `Event.wait` cost several times as much)."""
+
+    __slots__ = ("_sleeping", "is_set")
+
+    def __init__(self) -> None:
+        self.is_set = False
+        self._sleeping: asyncio.Future[None] | None = None
+
+    def set(self) -> None:
+        self.is_set = True
+        if self._sleeping is not None and not self._sleeping.done():
+            self._sleeping.set_result(None)
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep `seconds`, or until `set`."""
+        if self.is_set:
+            return
+        loop = asyncio.get_running_loop()
+        self._sleeping = sleeping = loop.create_future()
+        timer = loop.call_later(seconds, _wake, sleeping)
+        try:
+            await sleeping
+        finally:
+            timer.cancel()
+            self._sleeping = None
+
+
+def _wake(sleeping: "asyncio.Future[None]") -> None:
+    if not sleeping.done():
+        sleeping.set_result(None)
+
+
+def pause_while_held(held_for: Callable[[], float], read_now: ReadNow, lead: float = READ_LEAD_SECONDS) -> hc.ReadPause:
     """What a run's reader awaits before each read from Hermes: while a delta of the run would be held
     back anyway (`held_for`: seconds until its window ends, 0 when it would go out at once), until
     just before the window ends, so the events that came meanwhile are read in one go and their text
@@ -144,15 +178,12 @@ def pause_while_held(
     every pause, now and later (a cancel: Hermes's answer to it is read at once)."""
 
     async def pause() -> None:
-        while not read_now.is_set():
+        while not read_now.is_set:
             held = held_for()
             if held <= 0:
                 return
             # Too near the window's end to read before it: read before the next one's (or at once).
-            until_read = held - lead if held > lead else held
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(until_read):
-                    await read_now.wait()
+            await read_now.sleep(held - lead if held > lead else held)
             if held > lead:
                 return
 
