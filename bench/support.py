@@ -94,11 +94,15 @@ def install_delta_recorder(path: Path) -> None:
     runs = itertools.count(1)
 
     async def recording(
-        self: hc.HermesClient, run_id: str, last_event_id: int | str | None = None
+        self: hc.HermesClient,
+        run_id: str,
+        last_event_id: int | str | None = None,
+        *,
+        read_pause: hc.ReadPause | None = None,
     ) -> AsyncGenerator[hc.RunEvent, None]:
         deltas: list[RecordedDelta] = []
         try:
-            async for event in original(self, run_id, last_event_id):
+            async for event in original(self, run_id, last_event_id, read_pause=read_pause):
                 if type(event) is hc.MessageDelta:
                     deltas.append((event.delta, event.timestamp, time.time()))
                 yield event

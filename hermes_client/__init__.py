@@ -50,6 +50,7 @@ from hermes_client.models import (
     SessionPage,
     SteerResult,
 )
+from hermes_client.read_pacing import ReadPause
 from hermes_client.sse import SSEDataParser
 
 __all__ = [
@@ -76,6 +77,7 @@ __all__ = [
     "ModelInfo",
     "ModelOptions",
     "ProviderOption",
+    "ReadPause",
     "ReasoningAvailable",
     "ReplayTruncated",
     "RunCancelled",

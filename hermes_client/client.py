@@ -30,6 +30,7 @@ from hermes_client.models import (
     SessionPage,
     SteerResult,
 )
+from hermes_client.read_pacing import ReadPausable, ReadPause, pausable_transport
 from hermes_client.sse import MAX_EVENT_ID_BYTES, SSEDataParser
 
 __all__ = ["HermesClient"]
@@ -164,7 +165,7 @@ class HermesClient:
             base_url=base_url,
             headers={"Authorization": f"Bearer {api_key}"},
             timeout=timeout,
-            transport=transport,
+            transport=transport or pausable_transport(),
         )
         self._stream_numbered: bool | None = None
         self._dashboard: httpx.AsyncClient | None = None
@@ -295,7 +296,9 @@ class HermesClient:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
         return _decode(await self._send("POST", "/v1/runs", json=body, headers=headers), RunHandle)
 
-    async def run_events(self, run_id: str, last_event_id: int | str | None = None) -> AsyncGenerator[RunEvent, None]:
+    async def run_events(
+        self, run_id: str, last_event_id: int | str | None = None, *, read_pause: ReadPause | None = None
+    ) -> AsyncGenerator[RunEvent, None]:
         """Stream the events of a run until its terminal event (completed, failed, cancelled or interrupted).
 
         0.19.0 allows one consumer per run and no resume: once this stream ends, for any reason, a new
@@ -305,6 +308,10 @@ class HermesClient:
         says some are gone. A stream that ends before a terminal event raises ``HermesUnavailable``.
         Event names this client does not know arrive as ``UnknownEvent`` (logged once per name). Wrap the
         iterator in ``contextlib.aclosing`` when leaving it early, so the connection closes at once.
+
+        ``read_pause``, if given, is awaited before each read from the socket (see
+        ``hermes_client.read_pacing``): the events that arrive meanwhile are then taken in one read.
+        Events already read are yielded without it. Not with a ``transport`` of one's own.
         """
         path = f"/v1/runs/{run_id}/events"
         headers = _last_event_id_header(last_event_id)
@@ -313,19 +320,27 @@ class HermesClient:
                 if response.status_code != 200:
                     await response.aread()
                     raise error_from_response(response.status_code, response.content)
+                connection = response.extensions.get("network_stream")
+                pausable = connection if read_pause is not None and isinstance(connection, ReadPausable) else None
+                if pausable is not None:
+                    pausable.pause_before_read = read_pause
                 parser = SSEDataParser()
                 noted = False
-                async for chunk in response.aiter_bytes():
-                    events = _decode_frames(*parser.feed_frames(chunk))
-                    if not noted and events:
-                        # replay.truncated (no seq of its own) comes only from a numbering gateway.
-                        first = events[0]
-                        self._stream_numbered = first.seq is not msgspec.UNSET or type(first) is ReplayTruncated
-                        noted = True
-                    for event in events:
-                        yield event
-                        if type(event) in _TERMINAL_TYPES:
-                            return
+                try:
+                    async for chunk in response.aiter_bytes():
+                        events = _decode_frames(*parser.feed_frames(chunk))
+                        if not noted and events:
+                            # replay.truncated (no seq of its own) comes only from a numbering gateway.
+                            first = events[0]
+                            self._stream_numbered = first.seq is not msgspec.UNSET or type(first) is ReplayTruncated
+                            noted = True
+                        for event in events:
+                            yield event
+                            if type(event) in _TERMINAL_TYPES:
+                                return
+                finally:
+                    if pausable is not None:
+                        pausable.pause_before_read = None  # the connection may serve other requests next
         except httpx.TimeoutException as exc:
             raise HermesUnavailable(f"the run event stream stalled ({type(exc).__name__})") from exc
         except httpx.TransportError as exc:

@@ -215,3 +215,36 @@ async def test_coalescing_hub_with_a_real_loop_and_connection() -> None:
     assert len(frames) == 2
     assert '"a b c "' in frames[-1]
     assert hub.coalescer.pending_messages() == 0
+
+
+# --- how long a message's text is held back (what its run's reader waits for) ------------------------
+
+
+def test_held_for_is_the_time_left_in_the_messages_window_else_zero(
+    coalescer: DeltaCoalescer, loop: FakeLoop, sent: list[tuple[str, Event]]
+) -> None:
+    assert coalescer.held_for("m1") == 0.0  # before the first text: it would go out at once
+    coalescer.broadcast("a1", delta("one "))
+    assert coalescer.held_for("m1") == pytest.approx(WINDOW)  # sent at once; the next waits for the window
+    loop.advance(0.03)
+    coalescer.broadcast("a1", delta("one two "))
+    assert coalescer.held_for("m1") == pytest.approx(WINDOW - 0.03)
+    assert coalescer.held_for("m2") == 0.0  # another message's window is its own
+    loop.advance(WINDOW - 0.03)  # the window ends: the delta goes out and a new window starts
+    assert texts(sent) == ["one ", "one two "]
+    assert coalescer.held_for("m1") == pytest.approx(WINDOW)
+    loop.advance(0.05)
+    coalescer.broadcast("a1", delta("one two three "))
+    coalescer.broadcast("a1", tool_event())  # another event sends it first, and starts a new window
+    assert texts(sent)[-2:] == ["one two three ", "ToolEvent"]
+    assert coalescer.held_for("m1") == pytest.approx(WINDOW)
+    loop.advance(WINDOW)  # a window with nothing new: the next text would go out at once
+    assert coalescer.held_for("m1") == 0.0
+
+
+def test_held_for_is_zero_at_window_zero(sent: list[tuple[str, Event]], loop: FakeLoop) -> None:
+    coalescer = DeltaCoalescer(lambda account, event: sent.append((account, event)), 0, cast(Any, loop))
+    for text in ("one ", "one two "):
+        coalescer.broadcast("a1", delta(text))
+        assert coalescer.held_for("m1") == 0.0
+    assert texts(sent) == ["one ", "one two "]

@@ -751,3 +751,51 @@ async def test_a_connection_reset_while_it_is_set_up_is_hermes_unavailable() -> 
     async with mock_client(bug) as client:
         with pytest.raises(AttributeError):  # any other AttributeError is a bug, not an outage
             await client.get_run(RUN_ID)
+
+
+# --- socket reads held back (`read_pause`) ---------------------------------------------------------------
+
+
+async def read_counting_reads(client: HermesClient, run_id: str, pause: float) -> tuple[list[RunEvent], int]:
+    """The run's events, read with a `read_pause` of `pause` seconds; and how many socket reads it took."""
+    reads = 0
+
+    async def read_pause() -> None:
+        nonlocal reads
+        reads += 1
+        if pause:
+            await anyio.sleep(pause)
+
+    async with aclosing(client.run_events(run_id, read_pause=read_pause)) as stream:
+        return [item async for item in stream], reads
+
+
+def streamed_text(events: list[RunEvent]) -> str:
+    completed = events[-1]
+    assert isinstance(completed, RunCompleted)
+    text = "".join(e.delta for e in events if isinstance(e, MessageDelta))
+    assert text == completed.output
+    return text
+
+
+async def test_a_paused_stream_takes_the_events_that_came_meanwhile_in_one_read(
+    demo_hermes_client: HermesClient,
+) -> None:
+    client = demo_hermes_client
+    words = " ".join(f"word{i}" for i in range(40))  # 40 deltas, 10 ms apart
+    handle = await client.create_run(f"/demo echo {words}")
+    events, reads = await read_counting_reads(client, handle.run_id, 0.1)
+    assert words in streamed_text(events)
+    assert 0 < reads * 3 <= len(events), f"{reads} reads for {len(events)} events"
+    # A pause never outlives its stream: the connection's next request reads at once.
+    assert (await client.get_run(handle.run_id)).status == "completed"
+
+
+async def test_without_a_pause_every_event_is_read_as_it_comes(demo_hermes_client: HermesClient) -> None:
+    client = demo_hermes_client
+    words = " ".join(f"word{i}" for i in range(40))
+    handle = await client.create_run(f"/demo echo {words}")
+    events, reads = await read_counting_reads(client, handle.run_id, 0.0)
+    assert words in streamed_text(events)
+    # Each delta is its own TCP segment and read (a busy machine may merge a few).
+    assert reads * 2 >= len(events), f"{reads} reads for {len(events)} events"

@@ -17,8 +17,10 @@ from pheby.runs.reader import (
     LOST_ERROR,
     Contact,
     Outcome,
+    ReadNow,
     RecoveryTiming,
     ReplayLost,
+    pause_while_held,
     resumed_events,
     settle,
     watch_stream,
@@ -391,7 +393,9 @@ class StreamsClient:
         self.asked: list[int | str | None] = []  # the last_event_id of each subscription
         self.stream_numbered = numbered
 
-    async def run_events(self, run_id: str, last_event_id: int | str | None = None) -> AsyncIterator[hc.RunEvent]:
+    async def run_events(
+        self, run_id: str, last_event_id: int | str | None = None, *, read_pause: hc.ReadPause | None = None
+    ) -> AsyncIterator[hc.RunEvent]:
         self.asked.append(last_event_id)
         for step in self.streams.pop(0) if self.streams else [hc.HermesUnavailable("no more streams")]:
             if isinstance(step, Exception):
@@ -477,3 +481,80 @@ async def test_a_run_is_lost_five_seconds_after_its_stream_first_failed_however_
     outcome = await settle(status, "h", timing, contact=contact, clock=lambda: now[0], sleep=sleep)  # type: ignore[arg-type]
     assert outcome == Outcome("lost")
     assert now[0] - broke_at <= timing.unreachable_for + timing.max_delay
+
+
+# --- the reader's pause while the run's text is held back ------------------------------------------------
+
+
+async def test_the_reader_waits_until_just_before_the_window_ends_and_reads_at_once_otherwise() -> None:
+    waits: list[float] = []
+
+    class RecordingReadNow(ReadNow):
+        async def sleep(self, seconds: float) -> None:
+            waits.append(seconds)  # no real waiting
+
+    held: list[float] = []  # what `held_for` answers, in turn
+    pause = pause_while_held(lambda: held.pop(0), RecordingReadNow(), lead=0.005)
+
+    held[:] = [0.0]
+    await pause()
+    assert waits == []  # no window open (window 0, before the first text, after a quiet window): read at once
+    held[:] = [0.08]
+    await pause()
+    assert waits == [pytest.approx(0.075)]  # wakes before the window ends, so what it reads goes out then
+    waits.clear()
+    held[:] = [0.004, 0.1]  # too near the end to read before it: after it, before the next window's end
+    await pause()
+    assert waits == [pytest.approx(0.004), pytest.approx(0.095)]
+    waits.clear()
+    held[:] = [0.004, 0.0]  # ... and at once if that window had nothing new
+    await pause()
+    assert waits == [pytest.approx(0.004)]
+    assert held == []
+
+
+async def test_a_cancel_ends_the_readers_pause_at_once() -> None:
+    read_now = ReadNow()
+    pause = asyncio.ensure_future(pause_while_held(lambda: 3600.0, read_now)())
+    await asyncio.sleep(0)
+    assert not pause.done()  # waiting for text held back for an hour
+    read_now.set()
+    await asyncio.wait_for(pause, timeout=10)
+    await asyncio.wait_for(pause_while_held(lambda: 3600.0, read_now)(), timeout=10)  # and never pauses again
+
+
+async def test_a_pause_that_is_cancelled_leaves_nothing_behind() -> None:
+    read_now = ReadNow()
+    pause = asyncio.ensure_future(read_now.sleep(3600.0))
+    await asyncio.sleep(0)
+    pause.cancel()  # the reader's task cancelled mid-pause (a cancel that gave up waiting, a shutdown)
+    with pytest.raises(asyncio.CancelledError):
+        await pause
+    read_now.set()  # nothing sleeping: no error
+    assert read_now.is_set
+
+
+async def test_resumed_events_hands_the_pause_to_every_subscription() -> None:
+    pauses: list[hc.ReadPause | None] = []
+
+    class PauseRecordingClient(StreamsClient):
+        async def run_events(
+            self, run_id: str, last_event_id: int | str | None = None, *, read_pause: hc.ReadPause | None = None
+        ) -> AsyncIterator[hc.RunEvent]:
+            pauses.append(read_pause)
+            async for event in super().run_events(run_id, last_event_id):
+                yield event
+
+    async def pause() -> None:
+        return None
+
+    done = hc.RunCompleted(run_id="h", timestamp=0.0, output="ab", seq=2)
+    client = PauseRecordingClient([[numbered("a", 0), BROKE], [numbered("b", 1), done]])
+
+    async def no_sleep(seconds: float) -> None:
+        return None
+
+    stream = resumed_events(client, "h", sleep=no_sleep, read_pause=pause)  # type: ignore[arg-type]
+    got = [event async for event in stream]
+    assert [e.seq for e in got] == [0, 1, 2]
+    assert pauses == [pause, pause]  # the resumed stream waits the same way

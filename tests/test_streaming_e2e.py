@@ -3,11 +3,12 @@ WebSocket compression."""
 
 import asyncio
 import itertools
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 
+import hermes_client as hc
 from demo_hermes.long_stream import LONG_STREAM_DELTAS, long_stream_parts, part_marker
 from pheby.files.media_tags import visible_draft
 from pheby.protocol import ws_compression
@@ -36,6 +37,51 @@ def start(
     return start_and_connect
 
 
+class StreamReads:
+    """Per run stream the server read: its socket reads (the pauses the run's reader awaited) and events."""
+
+    def __init__(self) -> None:
+        self.streams: list[list[int]] = []  # [reads, events] per subscription
+
+    @property
+    def reads(self) -> int:
+        return sum(reads for reads, _ in self.streams)
+
+    @property
+    def events(self) -> int:
+        return sum(events for _, events in self.streams)
+
+
+@pytest.fixture
+def stream_reads(monkeypatch: pytest.MonkeyPatch) -> StreamReads:
+    """Counts the socket reads of every run stream the (in-process) server reads (a counting
+    `read_pause` around the reader's own, if it has one)."""
+    counted = StreamReads()
+    original = hc.HermesClient.run_events
+
+    async def counting(
+        self: hc.HermesClient,
+        run_id: str,
+        last_event_id: int | str | None = None,
+        *,
+        read_pause: hc.ReadPause | None = None,
+    ) -> AsyncIterator[hc.RunEvent]:
+        tally = [0, 0]
+        counted.streams.append(tally)
+
+        async def pause() -> None:
+            tally[0] += 1
+            if read_pause is not None:
+                await read_pause()
+
+        async for event in original(self, run_id, last_event_id, read_pause=pause):
+            tally[1] += 1
+            yield event
+
+    monkeypatch.setattr(hc.HermesClient, "run_events", counting)
+    return counted
+
+
 def expected_text() -> str:
     """What the client must end up showing: every delta, as the server drafts it (the MEDIA: line hidden)."""
     part1, part2, part3 = long_stream_parts("/any/path.png")
@@ -48,7 +94,9 @@ def text_before(frames: list[Frame], index: int) -> str:
     return deltas[-1] if deltas else ""
 
 
-async def test_a_long_run_arrives_coalesced_cumulative_and_in_the_specs_order(start: Callable[..., Any]) -> None:
+async def test_a_long_run_arrives_coalesced_cumulative_and_in_the_specs_order(
+    start: Callable[..., Any], stream_reads: StreamReads
+) -> None:
     _, client = await start()
     created = await client.request("conversation.create", "conversation.created", name="Long")
     conversation_id = created["conversation_id"]
@@ -79,6 +127,39 @@ async def test_a_long_run_arrives_coalesced_cumulative_and_in_the_specs_order(st
     assert "message.delta" not in types[complete:]
     assert complete < types.index("attachment.added") < len(types)
     assert types.index("run.finished") > complete
+    # The server read Hermes's stream in far fewer reads than events: many events per read, while held.
+    assert 0 < stream_reads.reads * 3 <= stream_reads.events, f"{stream_reads.streams} (reads, events)"
+
+
+async def test_at_window_zero_the_reader_reads_each_event_as_it_comes_and_forwards_every_delta(
+    start: Callable[..., Any], stream_reads: StreamReads
+) -> None:
+    _, client = await start(ws_delta_window_ms=0)
+    words = 200
+    await echo_run(client, words)
+    deltas = client.seen("message.delta")
+    assert len(deltas) >= words  # one frame per Hermes delta: nothing coalesced
+    # Each delta is its own TCP segment and read (a busy machine may merge a few).
+    assert stream_reads.reads * 2 >= stream_reads.events, f"{stream_reads.streams} (reads, events)"
+
+
+async def test_a_cancel_while_the_reader_waits_out_a_long_window_ends_the_run_promptly(
+    start: Callable[..., Any], stream_reads: StreamReads
+) -> None:
+    _, client = await start(ws_delta_window_ms=10_000)  # the longest window: the reader would wait 10 s
+    created = await client.request("conversation.create", "conversation.created", name="Cancel")
+    conversation_id = created["conversation_id"]
+    accepted = await client.request("chat.send", "run.accepted", conversation_id=conversation_id, text=LONG_STREAM)
+    await client.expect("message.delta", timeout=20, conversation_id=conversation_id)
+    await asyncio.sleep(0.3)  # the reader is now waiting for the window's end
+    await client.send("run.cancel", conversation_id=conversation_id, run_id=accepted["run_id"])
+    # Within the engine's own grace for a cancel (5 s), which is shorter than the window: Hermes's
+    # answer to the stop was read as it came.
+    finished = await client.expect("run.finished", timeout=4.5, run_id=accepted["run_id"])
+    assert finished["status"] == "cancelled"
+    complete = client.seen("message.complete", conversation_id=conversation_id)
+    assert len(complete) == 1
+    assert complete[0]["text"].startswith(client.seen("message.delta", conversation_id=conversation_id)[-1]["text"])
 
 
 async def test_a_snapshot_during_a_run_is_never_followed_by_older_text(

@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import random
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -13,7 +14,7 @@ from handlers.ws import run_cancel
 from handlers.ws.support.context import WsContext
 from handlers.ws.support.registry import DECODER
 from pheby.errors import NotFound, PhebyError, UpstreamFailure
-from pheby.files.media_tags import media_paths, strip_media, visible_draft
+from pheby.files.media_tags import GrowingDraft, media_paths, strip_media, visible_draft
 from pheby.hermes.history import display_messages, history_messages, page, turn_message_ids
 from pheby.protocol.frames import HistoryMessage, Pong
 from pheby.protocol.hub import CLOSE_TRY_AGAIN_LATER, Connection, Hub
@@ -67,6 +68,33 @@ def test_media_tags_are_found_and_stripped() -> None:
 def test_drafts_hold_back_streaming_tags(draft: str, shown: str) -> None:
     assert visible_draft(draft) == shown
     assert "MEDIA" not in visible_draft(draft)
+
+
+_DELTA_PIECES = [" ", "\n", "\t", "`", '"', "'", "M", "ME", "EDI", "DIA", "A:", ":", "MEDIA:", "/tmp/a.png", "w", "x"]
+
+
+def test_a_growing_draft_shows_what_visible_draft_shows_after_every_delta() -> None:
+    rng = random.Random(14)  # fixed: the same 500 drafts every run
+    for _ in range(500):
+        deltas = ["".join(rng.choices(_DELTA_PIECES, k=rng.randint(0, 6))) for _ in range(rng.randint(0, 40))]
+        draft = GrowingDraft()
+        for delta in deltas:
+            assert draft.add(delta) == visible_draft(draft.raw), deltas
+        assert draft.raw == "".join(deltas)
+
+
+def test_a_growing_draft_finds_a_tag_split_across_deltas() -> None:
+    draft = GrowingDraft()
+    shown = [draft.add(delta) for delta in ("Here: ME", "DI", "A:/tmp/a.png", " and", " more")]
+    assert shown == [visible_draft(draft.raw[:n]) for n in (8, 10, 22, 26, 31)]
+    assert shown[-1] == "Here:  and more"
+
+
+def test_a_growing_draft_looks_past_a_long_run_of_quotes() -> None:
+    draft = GrowingDraft()
+    draft.add("see ")
+    assert draft.add("'" * 40 + "MEDIA:/tmp/a") == visible_draft("see " + "'" * 40 + "MEDIA:/tmp/a") == "see"
+    assert GrowingDraft().add("'" * 40 + "Mx") == ""  # a word starting with M is held back until it ends
 
 
 def _messages(n: int) -> list[HistoryMessage]:

@@ -2,7 +2,8 @@
 
 Hermes's agents end a reply with `MEDIA:/abs/path.ext` to deliver a file. Drafts are cumulative,
 so a tag still being streamed (`MED`, `MEDIA:/tm`) is held back until it is complete or proven
-not to be a tag.
+not to be a tag. `GrowingDraft` gives a streamed draft's visible text delta by delta, in time that
+does not grow with the draft (unless it holds a tag).
 """
 
 import re
@@ -37,3 +38,40 @@ def visible_draft(draft: str) -> str:
     shown = draft[:cut]
     # Drafts are re-checked on every delta: skip the regex unless a tag is there at all.
     return (_TAG.sub("", shown) if "MEDIA:" in shown else shown).rstrip()
+
+
+_QUOTES = "`\"'"
+_TAG_TEXT = "MEDIA:"
+
+
+class GrowingDraft:
+    """A draft that grows by deltas, and its `visible_draft` after each one, found from the delta:
+    where the last word starts and whether a tag has appeared are kept, not searched for in the
+    whole draft again (a draft holding a tag is cut with the regex, as `visible_draft` does)."""
+
+    __slots__ = ("_has_tag", "_word_start", "raw")
+
+    def __init__(self) -> None:
+        self.raw = ""
+        self._word_start = 0  # where the last word starts (after the last whitespace)
+        self._has_tag = False  # "MEDIA:" somewhere in `raw`
+
+    def add(self, delta: str) -> str:
+        """Append `delta`; the draft's visible text (`visible_draft(self.raw)`)."""
+        start = len(self.raw)
+        self.raw += delta
+        last_space = max(delta.rfind(" "), delta.rfind("\n"), delta.rfind("\t"))
+        if last_space >= 0:
+            self._word_start = start + last_space + 1
+        if not self._has_tag:
+            # A new "MEDIA:" overlaps the delta: look from 5 characters before it.
+            self._has_tag = _TAG_TEXT in self.raw[max(0, start - len(_TAG_TEXT) + 1) :]
+        if self._has_tag:
+            return visible_draft(self.raw)
+        # No tag anywhere: only a tag being streamed in the last word is held back.
+        head = self.raw[self._word_start : self._word_start + 16]
+        tail = head.lstrip(_QUOTES)
+        if not tail and len(head) == 16:  # a word of quotes that long: look at all of it
+            tail = self.raw[self._word_start :].lstrip(_QUOTES)
+        cut = self._word_start if tail.startswith(_PARTIAL_PREFIXES) else len(self.raw)
+        return self.raw[:cut].rstrip()

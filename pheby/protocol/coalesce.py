@@ -33,6 +33,7 @@ class _Stream:
     conversation_id: str
     pending: MessageDelta | None
     timer: asyncio.TimerHandle
+    window_ends: float  # loop time
 
 
 class DeltaCoalescer:
@@ -71,6 +72,12 @@ class DeltaCoalescer:
             if stream.pending is not None:
                 self._send_pending(message_id, stream)
 
+    def held_for(self, message_id: str) -> float:
+        """Seconds a delta of the message arriving now would be held back: until its window ends (0: it
+        would go out at once). Until then its run's reader need not read Hermes (`pheby.runs.reader`)."""
+        stream = self._streams.get(message_id)
+        return 0.0 if stream is None else max(0.0, stream.window_ends - self._time())
+
     def pending_messages(self) -> int:
         """How many messages have an entry (tests: nothing may stay behind)."""
         return len(self._streams)
@@ -81,13 +88,17 @@ class DeltaCoalescer:
             stream.pending = event  # cumulative: the newest replaces the one waiting
             return
         self._forward(account_id, event)  # the first text of a window goes out at once
-        stream = _Stream(account_id, event.conversation_id, None, self._start_window(event.message_id))
+        stream = _Stream(account_id, event.conversation_id, None, *self._new_window(event.message_id))
         self._streams[event.message_id] = stream
         self._by_account.setdefault(account_id, {})[event.message_id] = stream
 
-    def _start_window(self, message_id: str) -> asyncio.TimerHandle:
+    def _new_window(self, message_id: str) -> tuple[asyncio.TimerHandle, float]:
+        """The timer that ends a new window of the message, and when it ends (loop time)."""
         loop = self._loop or asyncio.get_running_loop()
-        return loop.call_later(self._window, self._window_ended, message_id)
+        return loop.call_later(self._window, self._window_ended, message_id), loop.time() + self._window
+
+    def _time(self) -> float:
+        return (self._loop or asyncio.get_running_loop()).time()
 
     def _window_ended(self, message_id: str) -> None:
         stream = self._streams.get(message_id)
@@ -101,7 +112,7 @@ class DeltaCoalescer:
     def _send_pending(self, message_id: str, stream: _Stream) -> None:
         event, stream.pending = stream.pending, None
         stream.timer.cancel()
-        stream.timer = self._start_window(message_id)
+        stream.timer, stream.window_ends = self._new_window(message_id)
         if event is not None:
             self._forward(stream.account_id, event)
 
@@ -129,3 +140,6 @@ class CoalescingHub(Hub):
 
     def broadcast(self, account_id: str, event: Event) -> None:
         self.coalescer.broadcast(account_id, event)
+
+    def delta_held_for(self, message_id: str) -> float:
+        return self.coalescer.held_for(message_id)

@@ -204,6 +204,11 @@ class Hub:
         for connection in list(group):
             connection.send_frame(frame, size)
 
+    def delta_held_for(self, message_id: str) -> float:
+        """Seconds a `message.delta` of the message broadcast now would be held back before it reaches
+        the clients (this hub sends every event at once; `CoalescingHub` holds deltas back)."""
+        return 0.0
+
     def connections(self, account_id: str) -> int:
         return len(self._by_account.get(account_id, ()))
 

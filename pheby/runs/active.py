@@ -9,6 +9,7 @@ from pheby.plugin.extras import NO_EXTRAS, PluginExtras
 from pheby.protocol import frames as ev
 from pheby.runs.decisions import Decisions
 from pheby.runs.phase import RunPhase
+from pheby.runs.reader import ReadNow
 from pheby.runs.tool_merge import ToolMerge
 from pheby.runs.translate import RunView
 from pheby.store.accounts import Account
@@ -43,6 +44,7 @@ class ActiveRun:
         self.finished = asyncio.Event()
         self.started = asyncio.Event()  # set once Hermes has made the run, or `release` ended the attempt
         self.cancel_requested = False
+        self.read_now = ReadNow()  # set: the reader no longer waits for held-back text before a read
         self.reader: asyncio.Task[None] | None = None
         # The companion plugin's extras for this run (decided at start), and their state.
         self.extras: PluginExtras = NO_EXTRAS

@@ -52,6 +52,7 @@ from pheby.runs.reader import (
     LOST_ERROR,
     Contact,
     RecoveryTiming,
+    pause_while_held,
     resumed_events,
     settle,
     stop_lost,
@@ -390,11 +391,15 @@ class RunManager:
         """Translate the run's event stream until its end or until it is lost; True when Hermes went
         silent with the stream still open (see `reader.watch_stream`)."""
         waiting_since: list[float | None] = [time.monotonic()]
+        # While the hub holds this message's text back, read Hermes once before it goes out, not per event.
+        read_pause = pause_while_held(lambda: self._hub.delta_held_for(run.message_id), run.read_now)
 
         async def consume() -> None:
             try:
                 async with contextlib.aclosing(
-                    resumed_events(run.client, run.hermes_run_id, self._recovery, contact=contact)
+                    resumed_events(
+                        run.client, run.hermes_run_id, self._recovery, contact=contact, read_pause=read_pause
+                    )
                 ) as events:
                     async for event in events:
                         waiting_since[0] = None
@@ -634,6 +639,7 @@ class RunManager:
                 exc, not_found="The run can no longer be interrupted", failed="Hermes did not stop the run: {text}"
             ) from None
         run.phase.move("cancelling")
+        run.read_now.set()  # Hermes's answer to the stop is read as it comes, not after the text's window
         try:
             await asyncio.wait_for(asyncio.shield(run.finished.wait()), timeout=CANCEL_GRACE_SECONDS)
         except TimeoutError:

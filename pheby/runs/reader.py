@@ -47,6 +47,8 @@ class RecoveryTiming(NamedTuple):
 
 
 DEFAULT_TIMING: Final = RecoveryTiming()
+# A paused reader wakes this long before the held text goes out, so what it reads goes out with it.
+READ_LEAD_SECONDS: Final = 0.005
 
 
 class Outcome(NamedTuple):
@@ -88,19 +90,22 @@ async def resumed_events(
     *,
     contact: Contact | None = None,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    read_pause: hc.ReadPause | None = None,
 ) -> AsyncGenerator[hc.RunEvent, None]:
     """The run's events until its terminal one, each once and in order, across breaks of a numbered stream.
 
     Raises `HermesUnavailable` when the stream breaks and can't be resumed without loss, or Hermes has
     failed to answer for `unreachable_for` (counted in `contact`, which `settle` goes on counting in), and
-    whatever else `HermesClient.run_events` raises (`HermesNotFound`: Hermes no longer streams the run)."""
+    whatever else `HermesClient.run_events` raises (`HermesNotFound`: Hermes no longer streams the run).
+    `read_pause` goes to `run_events` (see `pause_while_held`)."""
     contact = contact or Contact()
     last_seq: int | None = None
     failures = 0
     delay = timing.first_delay
     while True:
         try:
-            async with contextlib.aclosing(client.run_events(hermes_run_id, last_event_id=last_seq)) as events:
+            stream = client.run_events(hermes_run_id, last_event_id=last_seq, read_pause=read_pause)
+            async with contextlib.aclosing(stream) as events:
                 async for event in events:
                     contact.answered()
                     if type(event) is hc.ReplayTruncated:
@@ -125,6 +130,64 @@ async def resumed_events(
             log.info("run %s: its stream broke (%s); resuming after event %s", hermes_run_id, exc, last_seq)
             await sleep(delay)
             delay = min(delay * 2, timing.max_delay)
+
+
+class ReadNow:
+    """Set once (by a cancel): the run's reader stops pausing before its reads, at once and from then on.
+
+    A pause is a plain sleep this can end: one future and one timer, as `asyncio.sleep` (a pause per
+    window; `asyncio.timeout` around an `Event.wait` cost several times as much)."""
+
+    __slots__ = ("_sleeping", "is_set")
+
+    def __init__(self) -> None:
+        self.is_set = False
+        self._sleeping: asyncio.Future[None] | None = None
+
+    def set(self) -> None:
+        self.is_set = True
+        if self._sleeping is not None and not self._sleeping.done():
+            self._sleeping.set_result(None)
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep `seconds`, or until `set`."""
+        if self.is_set:
+            return
+        loop = asyncio.get_running_loop()
+        self._sleeping = sleeping = loop.create_future()
+        timer = loop.call_later(seconds, _wake, sleeping)
+        try:
+            await sleeping
+        finally:
+            timer.cancel()
+            self._sleeping = None
+
+
+def _wake(sleeping: "asyncio.Future[None]") -> None:
+    if not sleeping.done():
+        sleeping.set_result(None)
+
+
+def pause_while_held(held_for: Callable[[], float], read_now: ReadNow, lead: float = READ_LEAD_SECONDS) -> hc.ReadPause:
+    """What a run's reader awaits before each read from Hermes: while a delta of the run would be held
+    back anyway (`held_for`: seconds until its window ends, 0 when it would go out at once), until
+    just before the window ends, so the events that came meanwhile are read in one go and their text
+    goes out when the window ends; else nothing (window 0, before the first text, after a quiet window).
+
+    Events other than text are then seen up to one window late, as the text is. `read_now` ends
+    every pause, now and later (a cancel: Hermes's answer to it is read at once)."""
+
+    async def pause() -> None:
+        while not read_now.is_set:
+            held = held_for()
+            if held <= 0:
+                return
+            # Too near the window's end to read before it: read before the next one's (or at once).
+            await read_now.sleep(held - lead if held > lead else held)
+            if held > lead:
+                return
+
+    return pause
 
 
 async def settle(

@@ -17,7 +17,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 import hermes_client as hc
-from pheby.files.media_tags import media_paths, strip_media, visible_draft
+from pheby.files.media_tags import GrowingDraft, media_paths, strip_media
 from pheby.protocol import frames as ev
 from pheby.redact import redact, sanitize_error
 
@@ -136,7 +136,7 @@ class RunView:
     message_id: str
     merged: bool = False  # tool events go through the tool merge (the plugin reports them too)
     cancelling: bool = False  # a call failing now was interrupted, not failed
-    raw_text: str = ""
+    streamed: GrowingDraft = field(default_factory=GrowingDraft)  # the text Hermes streamed, tags and all
     draft: str = ""
     message_completed: bool = False
     tools: dict[str, ev.ToolState] = field(default_factory=dict)
@@ -150,8 +150,7 @@ def translate(view: RunView, event: hc.RunEvent) -> list[Output]:
         case hc.MessageDelta(delta=delta):
             if view.message_completed:
                 return []
-            view.raw_text += delta
-            visible = visible_draft(view.raw_text)
+            visible = view.streamed.add(delta)
             if visible == view.draft:
                 return []
             view.draft = visible
