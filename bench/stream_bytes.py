@@ -21,8 +21,10 @@ Cases alternate round by round.
   window-0 case.
 - CPU: the server process's CPU time (user + system, all its threads, from /proc via psutil) over
   the run; the demo Hermes and the clients are other processes. As a ratio to the window-0 case with
-  the same compression. It includes reading the run's SSE stream from Hermes (httpx), paid once per
-  Hermes delta whatever the window.
+  the same compression. It includes reading the run's SSE stream from Hermes (httpx) and what the
+  server spends with nothing to do (pollers, uvicorn's tick) while the answer streams. For the
+  second, each server is first watched idle for a few seconds; an informational line gives the ratio
+  with that idle spending, over each run's time, taken off both sides (the target is the plain ratio).
 """
 
 import argparse
@@ -53,6 +55,7 @@ TARGET_WIRE_DEFLATE: Final = 3.0
 TARGET_WIRE_PLAIN: Final = 150.0
 TARGET_ADDED_P99_MS: Final = 120.0
 TARGET_CPU_RATIO: Final = 0.25
+IDLE_SECONDS: Final = 5.0  # how long each server is watched with nothing to do
 
 
 # --- a TCP proxy that counts the bytes the server sends ---------------------------------------------
@@ -106,6 +109,7 @@ class RunResult:
     payload_bytes: int = 0
     wire_bytes: int = 0
     cpu_seconds: float = 0.0
+    seconds: float = 0.0  # wall time from chat.send to the last client's run.finished
     latencies: list[float] = field(default_factory=list)
 
 
@@ -157,6 +161,7 @@ class Server:
         self.process = psutil.Process(child.pid)
         self.record_path = record_path
         self.runs = 0
+        self.idle_cpu_rate = 0.0  # CPU seconds per second with no client connected (pollers, uvicorn's tick)
 
     def cpu(self) -> float:
         times = self.process.cpu_times()
@@ -171,7 +176,7 @@ async def one_run(clients: list[Client], proxy: CountingProxy, server: Server, t
     created = await client.wait_for("conversation.created", start)
     marks = [len(c.frames) for c in clients]
     start = marks[0]
-    wire_before, cpu_before = proxy.downstream, server.cpu()
+    wire_before, cpu_before, began = proxy.downstream, server.cpu(), time.monotonic()
     chat = {"type": "chat.send", "request_id": "s", "conversation_id": created["conversation_id"], "text": text}
     await client.ws.send(json.dumps(chat))
     complete = await client.wait_for("message.complete", start)
@@ -179,7 +184,9 @@ async def one_run(clients: list[Client], proxy: CountingProxy, server: Server, t
         await other.wait_for("run.finished", mark)
     await asyncio.sleep(0.2)  # the last bytes through the proxy
     result = RunResult(
-        wire_bytes=(proxy.downstream - wire_before) // len(clients), cpu_seconds=server.cpu() - cpu_before
+        wire_bytes=(proxy.downstream - wire_before) // len(clients),
+        cpu_seconds=server.cpu() - cpu_before,
+        seconds=time.monotonic() - began,
     )
     server.runs += 1
     recorded = await asyncio.to_thread(read_recorded_deltas, server.record_path, server.runs, TIMEOUT)
@@ -211,6 +218,10 @@ async def bench(
     for proxy in proxies.values():
         await proxy.start()
     try:
+        for server in servers.values():  # what the server spends with nothing to do, for the informational ratio
+            before = server.cpu()
+            await asyncio.sleep(IDLE_SECONDS)
+            server.idle_cpu_rate = (server.cpu() - before) / IDLE_SECONDS
         modes: tuple[Compression, ...] = ("deflate", None)
         cases = [(window, compression) for window in proxies for compression in modes]
         warm = "/demo echo " + message_text(20, 1)
@@ -236,7 +247,7 @@ def label(window: int, compression: Compression) -> str:
     return f"window {window} ms, {'deflate' if compression else 'no compression'}"
 
 
-def report(results: dict[str, list[RunResult]], args: argparse.Namespace) -> None:
+def report(results: dict[str, list[RunResult]], args: argparse.Namespace, servers_idle: dict[int, float]) -> None:
     ms = 1000.0
     first = next(iter(results.values()))[0]
     print(
@@ -288,6 +299,23 @@ def report(results: dict[str, list[RunResult]], args: argparse.Namespace) -> Non
     ]
     for name, met, figure in checks:
         print(f"target: {name}: {'met' if met else 'NOT met'} ({figure})")
+    above = [above_idle_ratio(results, servers_idle, window, c) for c in ("deflate", None)]
+    print(
+        f"informational: the idle server spends {1000 * servers_idle[window]:.1f} / {1000 * servers_idle[0]:.1f} ms "
+        f"of CPU a second (window {window} / 0); the CPU ratio above that: {above[0]:.2f} / {above[1]:.2f} "
+        "(deflate / none)"
+    )
+
+
+def above_idle_ratio(
+    results: dict[str, list[RunResult]], idle: dict[int, float], window: int, compression: Compression
+) -> float:
+    """The CPU ratio of a case to window 0 once each server's idle spending over the run's time is taken off."""
+
+    def above(at: int) -> float:
+        return statistics.median(r.cpu_seconds - idle[at] * r.seconds for r in results[label(at, compression)])
+
+    return above(window) / above(0)
 
 
 def main() -> None:
@@ -318,11 +346,12 @@ def main() -> None:
                 record = Path(tmp) / f"deltas-{window}.json"
                 servers[window] = Server(ServerChild(flags, Path(tmp) / f"server-{window}.log", record), record)
             results = asyncio.run(bench(args, ports, servers))
+            idle = {window: server.idle_cpu_rate for window, server in servers.items()}
         finally:
             for server in servers.values():
                 server.child.stop()
             demo.stop()
-    report(results, args)
+    report(results, args, idle)
 
 
 if __name__ == "__main__":

@@ -797,5 +797,6 @@ async def test_without_a_pause_every_event_is_read_as_it_comes(demo_hermes_clien
     handle = await client.create_run(f"/demo echo {words}")
     events, reads = await read_counting_reads(client, handle.run_id, 0.0)
     assert words in streamed_text(events)
-    # Each delta is its own TCP segment and read (a busy machine may merge a few).
-    assert reads * 2 >= len(events), f"{reads} reads for {len(events)} events"
+    # Each delta is its own TCP segment and read; a busy machine merges a few, never the ten or so of a
+    # paused read.
+    assert reads * 4 >= len(events), f"{reads} reads for {len(events)} events"

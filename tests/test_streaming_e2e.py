@@ -140,8 +140,9 @@ async def test_at_window_zero_the_reader_reads_each_event_as_it_comes_and_forwar
     await echo_run(client, words)
     deltas = client.seen("message.delta")
     assert len(deltas) >= words  # one frame per Hermes delta: nothing coalesced
-    # Each delta is its own TCP segment and read (a busy machine may merge a few).
-    assert stream_reads.reads * 2 >= stream_reads.events, f"{stream_reads.streams} (reads, events)"
+    # Each delta is its own TCP segment and read; a busy machine merges a few, never the ten or so of a
+    # paused read.
+    assert stream_reads.reads * 4 >= stream_reads.events, f"{stream_reads.streams} (reads, events)"
 
 
 async def test_a_cancel_while_the_reader_waits_out_a_long_window_ends_the_run_promptly(
