@@ -18,9 +18,10 @@ from moto import mock_aws
 
 from handlers.support.app import create_app
 from handlers.support.uploads import utf8_header
-from pheby.errors import Unprocessable
+from pheby.errors import TooLarge, Unprocessable
 from pheby.services import Services
 from pheby.settings import Settings
+from pheby.store.quotas import UploadQuota
 from storage import StorageError
 from tests.conftest import TEST_SECRET
 from tests.files import PNG_1PX, corrupted_pdf, encrypted_pdf, text_pdf
@@ -594,3 +595,39 @@ async def test_an_upload_row_is_committed_durably(client: AsyncTestClient[Any]) 
     full = max(i for i, s in enumerate(statements[:insert]) if s.startswith("PRAGMA synchronous"))
     assert statements[full] == "PRAGMA synchronous=FULL"
     assert statements[insert + 1 :].index("COMMIT") < statements[insert + 1 :].index("PRAGMA synchronous=NORMAL")
+
+
+async def test_a_long_chunked_upload_asks_the_database_for_its_quota_a_handful_of_times() -> None:
+    """The reservation grows ahead of the bytes by what it holds, not by one step at a time (64 queries for
+    64 MiB in 1 MiB steps); it never holds more than a step or twice what arrived, and only what arrived
+    must fit."""
+    asked = 0
+
+    async def stored_bytes(account_id: str | None) -> int:
+        nonlocal asked
+        asked += 1
+        return 0
+
+    mib = 1024 * 1024
+    quota = UploadQuota(stored_bytes, per_account=100 * mib)
+
+    async def chunks(size: int) -> AsyncIterator[bytes]:
+        for _ in range(size // (64 * 1024)):
+            yield b"x" * (64 * 1024)
+
+    async with quota.reserve("a") as reservation:
+        arrived = 0
+        async for chunk in reservation.metered(chunks(64 * mib), step=mib, ceiling=64 * mib):
+            arrived += len(chunk)
+            assert arrived <= reservation.amount <= max(mib, 2 * arrived)
+    assert asked <= 8, asked
+    async with quota.reserve("a") as reservation:  # 128 MiB would pass the 100 MiB quota: refused past it
+        received: list[int] = []
+
+        async def take_all() -> None:
+            async for chunk in reservation.metered(chunks(128 * mib), step=mib, ceiling=128 * mib):
+                received.append(len(chunk))
+
+        with pytest.raises(TooLarge):
+            await take_all()
+        assert sum(received) == 100 * mib

@@ -32,12 +32,16 @@ class Reservation:
         self.amount += await self._quota._take(self._account_id, wanted - self.amount, needed)
 
     async def metered(self, chunks: AsyncIterable[bytes], *, step: int, ceiling: int) -> AsyncIterator[bytes]:
-        """Pass `chunks` through, growing the reservation (by `step`, up to `ceiling`) ahead of them."""
+        """Pass `chunks` through, growing the reservation ahead of them, up to `ceiling`: by `step` at first,
+        then by as much as it holds (so it holds at most `step` or twice what arrived, whichever is more),
+        and a 64 MiB upload asks the database a handful of times, not once per `step`. Only what arrived
+        must fit the quota: the part ahead is taken only as far as the quota has room."""
         total = 0
         async for chunk in chunks:
             total += len(chunk)
             if total > self.amount:
-                await self.grow_to(min(max(total, self.amount + step), ceiling), at_least=min(total, ceiling))
+                ahead = self.amount + max(step, self.amount)
+                await self.grow_to(min(max(total, ahead), ceiling), at_least=min(total, ceiling))
             yield chunk
 
 
