@@ -10,7 +10,9 @@ import re
 
 # A tag runs to the next whitespace; quotes or backticks around it are dropped too.
 _TAG = re.compile(r"""[`"']?MEDIA:(?P<path>[^\s`"']+)[`"']?""")
-_PARTIAL_PREFIXES = tuple("MEDIA:"[:i] for i in range(1, 7))  # "M" … "MEDIA:"
+_TAG_TEXT = "MEDIA:"
+_QUOTES = "`\"'"
+_PARTIAL_PREFIXES = tuple(_TAG_TEXT[:i] for i in range(1, len(_TAG_TEXT) + 1))  # "M" … "MEDIA:"
 
 
 def media_paths(text: str) -> list[str]:
@@ -28,20 +30,21 @@ def strip_media(text: str) -> str:
     return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
 
 
+def _last_word_start(text: str) -> int:
+    """Where the last word of `text` starts: after its last whitespace (0 without any)."""
+    return max(text.rfind(" "), text.rfind("\n"), text.rfind("\t")) + 1
+
+
 def visible_draft(draft: str) -> str:
     """A cumulative draft safe to show: complete tags removed, a tag still streaming held back."""
     cut = len(draft)
-    last_word_start = max(draft.rfind(" "), draft.rfind("\n"), draft.rfind("\t")) + 1
-    tail = draft[last_word_start:].lstrip("`\"'")
+    last_word_start = _last_word_start(draft)
+    tail = draft[last_word_start:].lstrip(_QUOTES)
     if tail.startswith(_PARTIAL_PREFIXES):
         cut = last_word_start
     shown = draft[:cut]
     # Drafts are re-checked on every delta: skip the regex unless a tag is there at all.
-    return (_TAG.sub("", shown) if "MEDIA:" in shown else shown).rstrip()
-
-
-_QUOTES = "`\"'"
-_TAG_TEXT = "MEDIA:"
+    return (_TAG.sub("", shown) if _TAG_TEXT in shown else shown).rstrip()
 
 
 class GrowingDraft:
@@ -60,9 +63,9 @@ class GrowingDraft:
         """Append `delta`; the draft's visible text (`visible_draft(self.raw)`)."""
         start = len(self.raw)
         self.raw += delta
-        last_space = max(delta.rfind(" "), delta.rfind("\n"), delta.rfind("\t"))
-        if last_space >= 0:
-            self._word_start = start + last_space + 1
+        word_start = _last_word_start(delta)
+        if word_start:
+            self._word_start = start + word_start
         if not self._has_tag:
             # A new "MEDIA:" overlaps the delta: look from 5 characters before it.
             self._has_tag = _TAG_TEXT in self.raw[max(0, start - len(_TAG_TEXT) + 1) :]
