@@ -34,7 +34,8 @@ class DemoOptions:
     # Seconds ``POST /v1/runs`` takes to answer once it has made the run (the agent already runs), as a
     # busy gateway may: for what happens to a run whose id the server doesn't know yet.
     create_delay: float = 0.0
-    # The 0.22-era features it has (``demo_hermes.newer``: any of run_replay, run_steer, model_options);
+    # The 0.22-era features it has (``demo_hermes.newer``: any of run_replay, run_steer, model_options,
+    # runs_idempotency);
     # none = 0.19.0. Any iterable of names is taken; an unknown one is a ``ValueError``.
     features: frozenset[str] = frozenset()
     replay_backlog: int = DEFAULT_BACKLOG_LIMIT  # events a replaying run stream keeps

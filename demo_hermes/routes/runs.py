@@ -83,7 +83,9 @@ async def create_run(request: Request[Any, Any, Any]) -> Response[bytes]:
             headers={"Retry-After": "1"},
         )
     idempotency_key = _idempotency_key(request) if "runs_idempotency" in state.features else None
-    fingerprint = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+    fingerprint = (
+        "" if idempotency_key is None else hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+    )
     if idempotency_key is not None and (admitted := state.runs.admitted(idempotency_key)) is not None:
         if admitted[0] != fingerprint:
             raise api_error(
@@ -102,6 +104,11 @@ async def create_run(request: Request[Any, Any, Any]) -> Response[bytes]:
     session_key = request.headers.get("X-Hermes-Session-Key")
     headers = {"X-Hermes-Session-Key": session_key} if session_key else None
     return json_response({"run_id": run.run_id, "status": "started"}, 202, headers)
+
+
+def _fingerprint(body: dict[str, Any]) -> str:
+    """What makes two run requests the same request for one ``Idempotency-Key``."""
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
 def _idempotency_key(request: Request[Any, Any, Any]) -> str | None:

@@ -627,7 +627,8 @@ class RunManager:
         if not run.made:  # reserved, no Hermes run made yet
             if conversation_id not in self._deleting and not once_made:
                 raise NotFound("The run has not started yet")
-            # A delete: the start sees the conversation going and makes no run, or made one just now.
+            # A delete (the start sees the conversation going and makes no run, or made one just now) or a
+            # revoke: wait for the start to end, then stop what it made.
             if not await _made_in_time(run) or self._by_conversation.get(conversation_id) is not run:
                 raise NotFound("The run did not start")
         run.cancel_requested = True
