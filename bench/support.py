@@ -24,11 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import uvicorn
 
 import hermes_client as hc
 from handlers.support.app import create_app
-from pheby.server import build_uvicorn_config
+from pheby.server import serve
 from pheby.settings import load_settings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -79,7 +78,7 @@ def serve_child(flags_json: str) -> None:
     """A benchmark's `--serve-child` mode: run the server (settings from JSON flags) until SIGTERM."""
     raise_nofile_limit()
     settings = load_settings({}, **json.loads(flags_json))
-    uvicorn.Server(build_uvicorn_config(settings, create_app(settings))).run()
+    serve(settings, create_app(settings))
 
 
 # --- the server and the demo Hermes in processes of their own ---------------------------------------
@@ -88,9 +87,9 @@ RecordedDelta = tuple[str, float, float]  # delta, Hermes's timestamp, time the 
 
 
 def install_delta_recorder(path: Path) -> None:
-    """Wrap `HermesClient.run_events` (in this process) so each run's text deltas are written to `path`
-    as `{"seq": n, "deltas": [[delta, timestamp, received], ...]}` when its stream ends (n counts runs)."""
-    original = hc.HermesClient.run_events
+    """Wrap `HermesClient.run_event_batches` (in this process) so each run's text deltas are written to
+    `path` as `{"seq": n, "deltas": [[delta, timestamp, received], ...]}` when its stream ends (n counts runs)."""
+    original = hc.HermesClient.run_event_batches
     runs = itertools.count(1)
 
     async def recording(
@@ -99,19 +98,19 @@ def install_delta_recorder(path: Path) -> None:
         last_event_id: int | str | None = None,
         *,
         read_pause: hc.ReadPause | None = None,
-    ) -> AsyncGenerator[hc.RunEvent, None]:
+    ) -> AsyncGenerator[list[hc.RunEvent], None]:
         deltas: list[RecordedDelta] = []
         try:
-            async for event in original(self, run_id, last_event_id, read_pause=read_pause):
-                if type(event) is hc.MessageDelta:
-                    deltas.append((event.delta, event.timestamp, time.time()))
-                yield event
+            async for batch in original(self, run_id, last_event_id, read_pause=read_pause):
+                received = time.time()
+                deltas.extend((e.delta, e.timestamp, received) for e in batch if isinstance(e, hc.MessageDelta))
+                yield batch
         finally:
             partial = path.with_suffix(".partial")
             partial.write_text(json.dumps({"seq": next(runs), "deltas": deltas}))
             os.replace(partial, path)
 
-    hc.HermesClient.run_events = recording  # type: ignore[method-assign]
+    hc.HermesClient.run_event_batches = recording  # type: ignore[method-assign]
 
 
 def read_recorded_deltas(path: Path, seq: int, timeout: float) -> list[RecordedDelta]:

@@ -13,7 +13,7 @@ plain message, one word per delta at the demo's default pacing (10 ms).
   the path's own latency; bench/stream_bytes.py measures coalescing), a WebSocket client (or ten,
   all of the owner account) sends `chat.send`; latency of each
   `message.delta` frame = arrival - timestamp of the Hermes delta that made that (cumulative, visible)
-  text. The bench finds that timestamp by wrapping `HermesClient.run_events` in the server's process
+  text. The bench finds that timestamp by wrapping `HermesClient.run_event_batches` in the server's process
   (`bench.support.install_delta_recorder`: events pass through unchanged, the deltas are written to a
   file when the run's stream ends) and replaying the deltas through `pheby.files.media_tags.visible_draft`,
   as the server does. The wrapper also notes when the server's reader got each event, which splits

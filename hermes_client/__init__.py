@@ -50,7 +50,7 @@ from hermes_client.models import (
     SessionPage,
     SteerResult,
 )
-from hermes_client.read_pacing import ReadPause
+from hermes_client.run_stream import ReadPause
 from hermes_client.sse import SSEDataParser
 
 __all__ = [

@@ -4,7 +4,10 @@ One ``httpx.AsyncClient`` per Hermes endpoint. Every failure surfaces as one of 
 ``HermesError`` kinds; every response body is decoded into a frozen msgspec struct.
 """
 
+import contextlib
 import logging
+import ssl
+import urllib.request
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Final, Self, TypeVar
@@ -30,7 +33,7 @@ from hermes_client.models import (
     SessionPage,
     SteerResult,
 )
-from hermes_client.read_pacing import ReadPausable, ReadPause, pausable_transport
+from hermes_client.run_stream import ReadPause, StreamRefused, body_reads
 from hermes_client.sse import MAX_EVENT_ID_BYTES, SSEDataParser
 
 __all__ = ["HermesClient"]
@@ -107,6 +110,14 @@ def _last_event_id_header(last_event_id: int | str | None) -> dict[str, str] | N
     return {"Last-Event-ID": value}
 
 
+def _proxied(url: httpx.URL) -> bool:
+    """Whether the environment puts a proxy between us and `url` (httpx honours it; a direct stream can't)."""
+    proxies = urllib.request.getproxies()
+    if not (proxies.get(url.scheme) or proxies.get("all")):
+        return False
+    return not urllib.request.proxy_bypass(url.host)  # NO_PROXY
+
+
 def _offered(flag: Any) -> bool:
     """A capabilities feature that is on: ``true``, or an object saying ``"supported": true``."""
     return flag is True or (isinstance(flag, dict) and flag.get("supported") is True)
@@ -162,11 +173,12 @@ class HermesClient:
         timeout = httpx.Timeout(request_timeout, connect=connect_timeout)
         self._stream_timeout = httpx.Timeout(request_timeout, connect=connect_timeout, read=stream_read_timeout)
         self._gateway = httpx.AsyncClient(
-            base_url=base_url,
-            headers={"Authorization": f"Bearer {api_key}"},
-            timeout=timeout,
-            transport=transport or pausable_transport(),
+            base_url=base_url, headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout, transport=transport
         )
+        # Run streams go over a connection of their own (`run_stream`), unless the network is replaced
+        # or the environment names a proxy: then through httpx, each HTTP chunk on its own, unpaused.
+        self._direct_streams = transport is None and not _proxied(self._gateway.base_url)
+        self._tls: ssl.SSLContext | None = None
         self._stream_numbered: bool | None = None
         self._dashboard: httpx.AsyncClient | None = None
         if dashboard_url:
@@ -296,10 +308,11 @@ class HermesClient:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
         return _decode(await self._send("POST", "/v1/runs", json=body, headers=headers), RunHandle)
 
-    async def run_events(
+    async def run_event_batches(
         self, run_id: str, last_event_id: int | str | None = None, *, read_pause: ReadPause | None = None
-    ) -> AsyncGenerator[RunEvent, None]:
-        """Stream the events of a run until its terminal event (completed, failed, cancelled or interrupted).
+    ) -> AsyncGenerator[list[RunEvent], None]:
+        """Stream the events of a run until its terminal event (completed, failed, cancelled or interrupted),
+        in lists: the events of one read from the socket each (never empty), the terminal event last.
 
         0.19.0 allows one consumer per run and no resume: once this stream ends, for any reason, a new
         subscription gets ``HermesNotFound``. A 0.22-era gateway numbers its events (``event.seq``) and
@@ -309,38 +322,31 @@ class HermesClient:
         Event names this client does not know arrive as ``UnknownEvent`` (logged once per name). Wrap the
         iterator in ``contextlib.aclosing`` when leaving it early, so the connection closes at once.
 
-        ``read_pause``, if given, is awaited before each read from the socket (see
-        ``hermes_client.read_pacing``): the events that arrive meanwhile are then taken in one read.
-        Events already read are yielded without it. Not with a ``transport`` of one's own.
+        ``read_pause``, if given, is awaited before each read from the socket: the events that arrive
+        meanwhile are then taken in one read. Not where a transport or a proxy is in the way.
         """
         path = f"/v1/runs/{run_id}/events"
         headers = _last_event_id_header(last_event_id)
         try:
-            async with self._gateway.stream("GET", path, headers=headers, timeout=self._stream_timeout) as response:
-                if response.status_code != 200:
-                    await response.aread()
-                    raise error_from_response(response.status_code, response.content)
-                connection = response.extensions.get("network_stream")
-                pausable = connection if read_pause is not None and isinstance(connection, ReadPausable) else None
-                if pausable is not None:
-                    pausable.pause_before_read = read_pause
+            async with contextlib.aclosing(self._stream_body(path, headers, read_pause)) as reads:
                 parser = SSEDataParser()
                 noted = False
-                try:
-                    async for chunk in response.aiter_bytes():
-                        events = _decode_frames(*parser.feed_frames(chunk))
-                        if not noted and events:
-                            # replay.truncated (no seq of its own) comes only from a numbering gateway.
-                            first = events[0]
-                            self._stream_numbered = first.seq is not msgspec.UNSET or type(first) is ReplayTruncated
-                            noted = True
-                        for event in events:
-                            yield event
-                            if type(event) in _TERMINAL_TYPES:
-                                return
-                finally:
-                    if pausable is not None:
-                        pausable.pause_before_read = None  # the connection may serve other requests next
+                async for chunk in reads:
+                    events = _decode_frames(*parser.feed_frames(chunk))
+                    if not events:
+                        continue
+                    if not noted:
+                        # replay.truncated (no seq of its own) comes only from a numbering gateway.
+                        first = events[0]
+                        self._stream_numbered = first.seq is not msgspec.UNSET or type(first) is ReplayTruncated
+                        noted = True
+                    for index, event in enumerate(events):
+                        if type(event) in _TERMINAL_TYPES:
+                            yield events[: index + 1]
+                            return
+                    yield events
+        except StreamRefused as refused:
+            raise error_from_response(refused.status, refused.body) from None
         except httpx.TimeoutException as exc:
             raise HermesUnavailable(f"the run event stream stalled ({type(exc).__name__})") from exc
         except httpx.TransportError as exc:
@@ -350,6 +356,45 @@ class HermesClient:
                 raise
             raise HermesUnavailable("the run event stream broke (the connection was reset)") from exc
         raise HermesUnavailable("the run event stream ended before the run finished")
+
+    async def run_events(
+        self, run_id: str, last_event_id: int | str | None = None, *, read_pause: ReadPause | None = None
+    ) -> AsyncGenerator[RunEvent, None]:
+        """The events of ``run_event_batches``, one by one."""
+        async with contextlib.aclosing(self.run_event_batches(run_id, last_event_id, read_pause=read_pause)) as batches:
+            async for batch in batches:
+                for event in batch:
+                    yield event
+
+    async def _stream_body(
+        self, path: str, headers: dict[str, str] | None, read_pause: ReadPause | None
+    ) -> AsyncGenerator[bytes, None]:
+        """The body of a GET, as it is read; `StreamRefused` for a status other than 200."""
+        if self._direct_streams:
+            base = self._gateway.base_url
+            url = base.copy_with(raw_path=base.raw_path + path.lstrip("/").encode())
+            if url.scheme == "https" and self._tls is None:
+                self._tls = httpx.create_ssl_context()
+            fields = [("Authorization", self._gateway.headers["Authorization"]), *(headers or {}).items()]
+            timeout = self._stream_timeout
+            reads = body_reads(
+                url,
+                fields,
+                tls=self._tls if url.scheme == "https" else None,
+                connect_timeout=timeout.connect,
+                read_timeout=timeout.read,
+                read_pause=read_pause,
+            )
+            async with contextlib.aclosing(reads) as chunks:
+                async for chunk in chunks:
+                    yield chunk
+            return
+        async with self._gateway.stream("GET", path, headers=headers, timeout=self._stream_timeout) as response:
+            if response.status_code != 200:
+                await response.aread()
+                raise StreamRefused(response.status_code, response.content)
+            async for chunk in response.aiter_bytes():
+                yield chunk
 
     async def get_run(self, run_id: str) -> RunStatus:
         return _decode(await self._send("GET", f"/v1/runs/{run_id}"), RunStatus)

@@ -36,6 +36,9 @@ WS_PING_SECONDS = 30.0
 # for Hermes to confirm), then every connection this long to flush its send queue.
 RUN_SHUTDOWN_SECONDS = 15.0
 DRAIN_SECONDS = 5.0
+# uvicorn's main loop wakes ten times a second to see whether it should exit and, every tenth time,
+# to renew the Date header; once a second does both, and a signal wakes it at once.
+TICK_SECONDS = 1.0
 
 
 class JsonFormatter(logging.Formatter):
@@ -101,7 +104,13 @@ class PhebyServer(uvicorn.Server):
 
     SIGTERM (systemd, ECS, `docker stop`) and Ctrl-C are the normal ways to stop, so after a graceful
     shutdown the process exits 0 rather than re-raising the signal as uvicorn does by default.
+
+    The main loop ticks once a second (`TICK_SECONDS`), not ten times: an idle server costs a wake-up
+    a second, and a signal ends the wait at once.
     """
+
+    _tick: "asyncio.Future[None] | None" = None
+    _loop: asyncio.AbstractEventLoop | None = None
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if sig in (signal.SIGTERM, signal.SIGINT):
@@ -109,8 +118,28 @@ class PhebyServer(uvicorn.Server):
             if self.should_exit and sig == signal.SIGINT:
                 self.force_exit = True  # a second Ctrl-C stops waiting for connections
             self.should_exit = True
-            return
-        super().handle_exit(sig, frame)
+        else:
+            super().handle_exit(sig, frame)
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._end_tick)  # a signal handler may interrupt the loop's own code
+
+    def _end_tick(self) -> None:
+        if self._tick is not None and not self._tick.done():
+            self._tick.set_result(None)
+
+    async def main_loop(self) -> None:
+        self._loop = loop = asyncio.get_running_loop()
+        counter = 0  # uvicorn renews the Date header when the counter is a multiple of 10
+        should_exit = await self.on_tick(counter)
+        while not should_exit:
+            counter = (counter + 10) % 864000
+            self._tick = tick = loop.create_future()
+            timer = loop.call_later(TICK_SECONDS, self._end_tick)
+            try:
+                await tick
+            finally:
+                timer.cancel()
+            should_exit = await self.on_tick(counter)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         for server in self.servers:

@@ -42,8 +42,11 @@ class FakeLoop:
         return self.now
 
     def call_later(self, delay: float, callback: Callable[..., None], *args: Any) -> _Handle:
+        return self.call_at(self.now + delay, callback, *args)
+
+    def call_at(self, when: float, callback: Callable[..., None], *args: Any) -> _Handle:
         handle = _Handle()
-        heapq.heappush(self._timers, (self.now + delay, next(self._order), handle, callback, args))
+        heapq.heappush(self._timers, (when, next(self._order), handle, callback, args))
         return handle
 
     def advance(self, seconds: float) -> None:
@@ -240,6 +243,31 @@ def test_held_for_is_the_time_left_in_the_messages_window_else_zero(
     assert coalescer.held_for("m1") == pytest.approx(WINDOW)
     loop.advance(WINDOW)  # a window with nothing new: the next text would go out at once
     assert coalescer.held_for("m1") == 0.0
+
+
+def test_a_held_delta_sent_just_before_its_window_ends_keeps_the_pace_of_one_a_window(
+    coalescer: DeltaCoalescer, loop: FakeLoop, sent: list[tuple[str, Event]]
+) -> None:
+    coalescer.broadcast("a1", delta("one "))
+    coalescer.send_window_early("m1")  # nothing held: nothing sent, the window unchanged
+    assert texts(sent) == ["one "]
+    assert coalescer.held_for("m1") == pytest.approx(WINDOW)
+    loop.advance(WINDOW - 0.004)
+    coalescer.broadcast("a1", delta("one two "))
+    coalescer.send_window_early("m1")  # its reader has read the window: out now, 4 ms early
+    assert texts(sent) == ["one ", "one two "]
+    assert coalescer.held_for("m1") == pytest.approx(WINDOW + 0.004)  # the next ends one window after this one
+    loop.advance(0.004)
+    assert texts(sent) == ["one ", "one two "]  # nothing more at the old window's end
+    for _ in range(20):  # 2 s more, each window's text sent early: still one a window
+        loop.advance(WINDOW - 0.004)
+        coalescer.broadcast("a1", delta(f"{texts(sent)[-1]}x "))
+        coalescer.send_window_early("m1")
+        loop.advance(0.004)
+    assert len(sent) == 22
+    loop.advance(WINDOW)  # a quiet window ends the message's entry, as always
+    assert coalescer.pending_messages() == 0
+    assert loop.live_timers() == 0
 
 
 def test_held_for_is_zero_at_window_zero(sent: list[tuple[str, Event]], loop: FakeLoop) -> None:

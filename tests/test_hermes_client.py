@@ -38,9 +38,11 @@ from hermes_client import (
     UnknownEvent,
     decode_run_event,
     event_name,
+    run_stream,
     sanitize_message,
 )
 from tests.demo_hermes_server import client_for
+from tests.tcp_proxy import TcpProxy
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
@@ -74,8 +76,8 @@ def sse_client(*chunks: bytes, status: int = 200) -> HermesClient:
     return mock_client(lambda request: httpx.Response(status, content=body()))
 
 
-async def read_events(client: HermesClient) -> list[RunEvent]:
-    async with aclosing(client.run_events(RUN_ID)) as stream:
+async def read_events(client: HermesClient, run_id: str = RUN_ID) -> list[RunEvent]:
+    async with aclosing(client.run_events(run_id)) as stream:
         return [item async for item in stream]
 
 
@@ -800,3 +802,106 @@ async def test_without_a_pause_every_event_is_read_as_it_comes(demo_hermes_clien
     # Each delta is its own TCP segment and read; a busy machine merges a few, never the ten or so of a
     # paused read.
     assert reads * 4 >= len(events), f"{reads} reads for {len(events)} events"
+
+
+# --- the run stream's own connection (`hermes_client.run_stream`) -----------------------------------------
+
+
+async def test_a_paused_stream_hands_over_each_reads_events_in_one_list(demo_hermes_client: HermesClient) -> None:
+    client = demo_hermes_client
+    words = " ".join(f"word{i}" for i in range(40))
+    handle = await client.create_run(f"/demo echo {words}")
+
+    async def pause() -> None:
+        await anyio.sleep(0.1)
+
+    async with aclosing(client.run_event_batches(handle.run_id, read_pause=pause)) as stream:
+        batches = [batch async for batch in stream]
+    events = [event for batch in batches for event in batch]
+    assert words in streamed_text(events)
+    assert all(batches)
+    assert isinstance(batches[-1][-1], RunCompleted)
+    assert max(len(batch) for batch in batches) >= 5  # about ten deltas came in each 100 ms pause
+
+
+async def test_a_stream_that_cannot_connect_is_unavailable_as_a_connect_failure() -> None:
+    async with HermesClient(f"http://127.0.0.1:{closed_port()}", "key") as client:
+        with pytest.raises(HermesUnavailable) as raised:
+            await read_events(client)
+    # The run's reader tells a Hermes that is down (no resume tries) from a stream that broke by this.
+    assert isinstance(raised.value.__cause__, httpx.ConnectError)
+
+
+async def test_a_stream_refused_with_a_status_is_the_errors_kind(demo_hermes: DemoHermesServer) -> None:
+    async with client_for(demo_hermes) as client:
+        with pytest.raises(HermesNotFound):
+            await read_events(client)  # a run the gateway does not know: 404
+    async with client_for(demo_hermes, api_key="wrong-key") as client:
+        with pytest.raises(HermesRejected) as raised:
+            await read_events(client)
+    assert raised.value.status == 401
+
+
+async def test_a_proxy_in_the_environment_carries_the_stream_as_every_other_request(
+    demo_hermes: DemoHermesServer, make_tcp_proxy: Callable[..., TcpProxy], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A TCP proxy stands in for an HTTP proxy: httpx sends it absolute-form requests, which the gateway serves.
+    proxy = make_tcp_proxy(demo_hermes.port)
+    for name in ("HTTP_PROXY", "http_proxy"):
+        monkeypatch.setenv(name, proxy.url)
+    for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    async with client_for(demo_hermes) as client:
+        handle = await client.create_run("/demo echo through the proxy")
+        events = await read_events(client, handle.run_id)
+    assert "through the proxy" in streamed_text(events)
+    streams = [target for method, target in proxy.requests() if target.endswith(f"/v1/runs/{handle.run_id}/events")]
+    assert len(streams) == 1
+    assert streams[0].startswith("http://")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    async with client_for(demo_hermes) as client:  # NO_PROXY: straight to the gateway again
+        handle = await client.create_run("/demo echo direct")
+        await read_events(client, handle.run_id)
+    assert not [target for _, target in proxy.requests() if handle.run_id in target]
+
+
+def test_a_burst_bigger_than_the_high_water_mark_stops_the_socket_until_it_is_taken() -> None:
+    class Transport:
+        reading = True
+
+        def pause_reading(self) -> None:
+            self.reading = False
+
+        def resume_reading(self) -> None:
+            self.reading = True
+
+    connection = run_stream._Connection()
+    transport = Transport()
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    piece = b"x" * (256 * 1024)
+    for _ in range(run_stream.HIGH_WATER_BYTES // len(piece)):
+        assert transport.reading
+        connection.data_received(piece)
+    assert not transport.reading  # a reader that does not take its bytes stops the socket, not the memory
+
+    async def take() -> bytes:
+        return await connection.read(1.0)
+
+    assert len(anyio.run(take)) == run_stream.HIGH_WATER_BYTES
+    assert transport.reading
+
+
+@pytest.mark.parametrize(
+    ("url", "host"),
+    [
+        ("http://127.0.0.1:8642/v1/runs/r/events", b"127.0.0.1:8642"),
+        ("http://[::1]:8642/v1/runs/r/events", b"[::1]:8642"),
+        ("https://hermes.example/v1/runs/r/events", b"hermes.example"),
+        ("http://bücher.example/v1/runs/r/events", b"xn--bcher-kva.example"),
+    ],
+)
+def test_the_streams_request_names_its_host_as_http_wants_it(url: str, host: bytes) -> None:
+    _, request = run_stream._request_bytes(httpx.URL(url), [("Authorization", "Bearer k")])
+    head = request.split(b"\r\n")
+    assert head[0] == b"GET /v1/runs/r/events HTTP/1.1"
+    assert b"Host: " + host in head

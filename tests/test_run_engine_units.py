@@ -21,7 +21,7 @@ from pheby.runs.reader import (
     RecoveryTiming,
     ReplayLost,
     pause_while_held,
-    resumed_events,
+    resumed_event_batches,
     settle,
     watch_stream,
 )
@@ -386,21 +386,24 @@ async def test_recovery_counts_an_interrupted_run_as_failed() -> None:
 
 
 class StreamsClient:
-    """`run_events` plays one script per subscription: events, then (optionally) an exception."""
+    """`run_event_batches` plays one script per subscription: events (each a read of its own, or a list:
+    one read's), then (optionally) an exception."""
 
-    def __init__(self, streams: Sequence[Sequence[hc.RunEvent | Exception]], numbered: bool | None = True) -> None:
+    def __init__(
+        self, streams: Sequence[Sequence[hc.RunEvent | list[hc.RunEvent] | Exception]], numbered: bool | None = True
+    ) -> None:
         self.streams = list(streams)
         self.asked: list[int | str | None] = []  # the last_event_id of each subscription
         self.stream_numbered = numbered
 
-    async def run_events(
+    async def run_event_batches(
         self, run_id: str, last_event_id: int | str | None = None, *, read_pause: hc.ReadPause | None = None
-    ) -> AsyncIterator[hc.RunEvent]:
+    ) -> AsyncIterator[list[hc.RunEvent]]:
         self.asked.append(last_event_id)
         for step in self.streams.pop(0) if self.streams else [hc.HermesUnavailable("no more streams")]:
             if isinstance(step, Exception):
                 raise step
-            yield step
+            yield step if isinstance(step, list) else [step]
 
 
 def numbered(text: str, seq: int | None) -> hc.MessageDelta:
@@ -415,8 +418,10 @@ async def resumed(client: StreamsClient, tries: int = 5) -> tuple[list[hc.RunEve
 
     events: list[hc.RunEvent] = []
     try:
-        async for event in resumed_events(client, "h", RecoveryTiming(resume_tries=tries), sleep=sleep):  # type: ignore[arg-type]
-            events.append(event)
+        stream = resumed_event_batches(client, "h", RecoveryTiming(resume_tries=tries), sleep=sleep)  # type: ignore[arg-type]
+        async for batch in stream:
+            assert batch, "an empty batch"
+            events.extend(batch)
     except hc.HermesError as exc:
         return events, sleeps, exc
     return events, sleeps, None
@@ -431,7 +436,8 @@ async def test_a_broken_numbered_stream_is_reopened_after_the_last_seq_and_repea
         [
             [numbered("a", 0), numbered("b", 1), BROKE],
             [BROKE],  # a reopening that breaks at once
-            [numbered("b", 1), numbered("c", 2), numbered("d", 3), done],  # a gateway replaying one too many
+            # a gateway replaying one too many, in one read with a new one
+            [[numbered("b", 1), numbered("c", 2)], numbered("d", 3), done],
         ]
     )
     events, sleeps, error = await resumed(client)
@@ -474,7 +480,7 @@ async def test_a_run_is_lost_five_seconds_after_its_stream_first_failed_however_
     contact = Contact(clock=lambda: now[0])
     client = StreamsClient([[numbered("a", 0), BROKE], *([[BROKE]] * 10)])
     with pytest.raises(hc.HermesUnavailable):
-        async for _ in resumed_events(client, "h", timing, contact=contact, sleep=sleep):  # type: ignore[arg-type]
+        async for _ in resumed_event_batches(client, "h", timing, contact=contact, sleep=sleep):  # type: ignore[arg-type]
             pass
     broke_at = 0.0  # the first failure: the stream's break, before any sleep
     status = StatusClient([hc.HermesUnavailable("cannot reach Hermes")], now)
@@ -486,41 +492,46 @@ async def test_a_run_is_lost_five_seconds_after_its_stream_first_failed_however_
 # --- the reader's pause while the run's text is held back ------------------------------------------------
 
 
-async def test_the_reader_waits_until_just_before_the_window_ends_and_reads_at_once_otherwise() -> None:
+async def test_the_reader_waits_until_just_before_the_window_ends_then_sends_the_held_text_itself() -> None:
     waits: list[float] = []
+    sends: list[float] = []  # when the held text was sent: at what `held_for` answered
 
     class RecordingReadNow(ReadNow):
         async def sleep(self, seconds: float) -> None:
             waits.append(seconds)  # no real waiting
 
     held: list[float] = []  # what `held_for` answers, in turn
-    pause = pause_while_held(lambda: held.pop(0), RecordingReadNow(), lead=0.005)
+    pause = pause_while_held(lambda: held.pop(0), lambda: sends.append(held[0]), RecordingReadNow(), lead=0.005)
 
     held[:] = [0.0]
     await pause()
-    assert waits == []  # no window open (window 0, before the first text, after a quiet window): read at once
+    assert waits == []
+    assert sends == []
     held[:] = [0.08]
     await pause()
-    assert waits == [pytest.approx(0.075)]  # wakes before the window ends, so what it reads goes out then
+    assert waits == [pytest.approx(0.075)]
+    assert sends == []
     waits.clear()
-    held[:] = [0.004, 0.1]  # too near the end to read before it: after it, before the next window's end
+    held[:] = [0.004, 0.104]  # read: the text goes out now, and the next window ends one window on
     await pause()
-    assert waits == [pytest.approx(0.004), pytest.approx(0.095)]
+    assert sends == [0.104]
+    assert waits == [pytest.approx(0.099)]  # one wake-up a window: the next just before that one ends
     waits.clear()
-    held[:] = [0.004, 0.0]  # ... and at once if that window had nothing new
+    sends.clear()
+    held[:] = [0.004, 0.004, 0.0]  # nothing was held (the window's end did not move): it ends quiet
     await pause()
-    assert waits == [pytest.approx(0.004)]
+    assert waits == [pytest.approx(0.004)]  # ... and the reader reads at once after it
     assert held == []
 
 
 async def test_a_cancel_ends_the_readers_pause_at_once() -> None:
     read_now = ReadNow()
-    pause = asyncio.ensure_future(pause_while_held(lambda: 3600.0, read_now)())
+    pause = asyncio.ensure_future(pause_while_held(lambda: 3600.0, lambda: None, read_now)())
     await asyncio.sleep(0)
     assert not pause.done()  # waiting for text held back for an hour
     read_now.set()
     await asyncio.wait_for(pause, timeout=10)
-    await asyncio.wait_for(pause_while_held(lambda: 3600.0, read_now)(), timeout=10)  # and never pauses again
+    await asyncio.wait_for(pause_while_held(lambda: 3600.0, lambda: None, read_now)(), timeout=10)  # never again
 
 
 async def test_a_pause_that_is_cancelled_leaves_nothing_behind() -> None:
@@ -534,16 +545,16 @@ async def test_a_pause_that_is_cancelled_leaves_nothing_behind() -> None:
     assert read_now.is_set
 
 
-async def test_resumed_events_hands_the_pause_to_every_subscription() -> None:
+async def test_a_resumed_stream_hands_the_pause_to_every_subscription() -> None:
     pauses: list[hc.ReadPause | None] = []
 
     class PauseRecordingClient(StreamsClient):
-        async def run_events(
+        async def run_event_batches(
             self, run_id: str, last_event_id: int | str | None = None, *, read_pause: hc.ReadPause | None = None
-        ) -> AsyncIterator[hc.RunEvent]:
+        ) -> AsyncIterator[list[hc.RunEvent]]:
             pauses.append(read_pause)
-            async for event in super().run_events(run_id, last_event_id):
-                yield event
+            async for batch in super().run_event_batches(run_id, last_event_id):
+                yield batch
 
     async def pause() -> None:
         return None
@@ -554,7 +565,49 @@ async def test_resumed_events_hands_the_pause_to_every_subscription() -> None:
     async def no_sleep(seconds: float) -> None:
         return None
 
-    stream = resumed_events(client, "h", sleep=no_sleep, read_pause=pause)  # type: ignore[arg-type]
-    got = [event async for event in stream]
+    stream = resumed_event_batches(client, "h", sleep=no_sleep, read_pause=pause)  # type: ignore[arg-type]
+    got = [event async for batch in stream for event in batch]
     assert [e.seq for e in got] == [0, 1, 2]
     assert pauses == [pause, pause]  # the resumed stream waits the same way
+
+
+# --- one read's deltas, joined ----------------------------------------------------------------------------
+
+
+def test_a_reads_consecutive_deltas_are_joined_and_the_draft_ends_as_delta_by_delta() -> None:
+    def text(piece: str, seq: int) -> hc.MessageDelta:
+        return hc.MessageDelta(run_id="h", timestamp=float(seq), delta=piece, seq=seq)
+
+    tool = hc.ToolStarted(run_id="h", timestamp=3.0, tool="terminal", seq=3)
+    # A MEDIA: tag cut across deltas, a tool call between two runs of text.
+    read: list[hc.RunEvent] = [
+        text("Here ", 0),
+        text("it is MED", 1),
+        text("IA:/tmp/a.png\n", 2),
+        tool,
+        text("Done", 4),
+    ]
+    joined = tr.joined_deltas(read)
+    assert [type(e) for e in joined] == [hc.MessageDelta, hc.ToolStarted, hc.MessageDelta]
+    first = joined[0]
+    assert isinstance(first, hc.MessageDelta)
+    assert (first.delta, first.seq, first.timestamp) == ("Here it is MEDIA:/tmp/a.png\n", 2, 2.0)  # the last's
+    assert joined[1] is tool
+    assert joined[2] is read[4]
+    assert tr.joined_deltas(read[:1]) == read[:1]
+
+    def drafts(events: list[hc.RunEvent]) -> list[str]:
+        view = tr.RunView(run_id="r", conversation_id="c", message_id="m")
+        shown = []
+        for event in events:
+            for output in tr.translate(view, event):
+                if isinstance(output, tr.Emit) and isinstance(output.event, ev.MessageDelta):
+                    shown.append(output.event.text)
+        return shown
+
+    # One broadcast per run of text, not one per delta; and the client is shown the same draft in the end,
+    # before the tool call as after it.
+    one_by_one, at_once = drafts(read), drafts(joined)
+    assert len(at_once) <= 2 < len(one_by_one)
+    assert at_once[-1] == one_by_one[-1]
+    assert drafts(read[:3])[-1] == drafts(tr.joined_deltas(read[:3]))[-1]

@@ -58,7 +58,7 @@ def stream_reads(monkeypatch: pytest.MonkeyPatch) -> StreamReads:
     """Counts the socket reads of every run stream the (in-process) server reads (a counting
     `read_pause` around the reader's own, if it has one)."""
     counted = StreamReads()
-    original = hc.HermesClient.run_events
+    original = hc.HermesClient.run_event_batches
 
     async def counting(
         self: hc.HermesClient,
@@ -66,7 +66,7 @@ def stream_reads(monkeypatch: pytest.MonkeyPatch) -> StreamReads:
         last_event_id: int | str | None = None,
         *,
         read_pause: hc.ReadPause | None = None,
-    ) -> AsyncIterator[hc.RunEvent]:
+    ) -> AsyncIterator[list[hc.RunEvent]]:
         tally = [0, 0]
         counted.streams.append(tally)
 
@@ -75,11 +75,11 @@ def stream_reads(monkeypatch: pytest.MonkeyPatch) -> StreamReads:
             if read_pause is not None:
                 await read_pause()
 
-        async for event in original(self, run_id, last_event_id, read_pause=pause):
-            tally[1] += 1
-            yield event
+        async for batch in original(self, run_id, last_event_id, read_pause=pause):
+            tally[1] += len(batch)
+            yield batch
 
-    monkeypatch.setattr(hc.HermesClient, "run_events", counting)
+    monkeypatch.setattr(hc.HermesClient, "run_event_batches", counting)
     return counted
 
 

@@ -209,6 +209,9 @@ class Hub:
         the clients (this hub sends every event at once; `CoalescingHub` holds deltas back)."""
         return 0.0
 
+    def send_held_delta(self, message_id: str) -> None:
+        """Send the message's held-back delta now, its window about to end (`CoalescingHub`; nothing here)."""
+
     def connections(self, account_id: str) -> int:
         return len(self._by_account.get(account_id, ()))
 

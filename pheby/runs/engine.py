@@ -53,7 +53,7 @@ from pheby.runs.reader import (
     Contact,
     RecoveryTiming,
     pause_while_held,
-    resumed_events,
+    resumed_event_batches,
     settle,
     stop_lost,
     watch_stream,
@@ -392,20 +392,25 @@ class RunManager:
         silent with the stream still open (see `reader.watch_stream`)."""
         waiting_since: list[float | None] = [time.monotonic()]
         # While the hub holds this message's text back, read Hermes once before it goes out, not per event.
-        read_pause = pause_while_held(lambda: self._hub.delta_held_for(run.message_id), run.read_now)
+        read_pause = pause_while_held(
+            lambda: self._hub.delta_held_for(run.message_id),
+            lambda: self._hub.send_held_delta(run.message_id),
+            run.read_now,
+        )
 
         async def consume() -> None:
             try:
                 async with contextlib.aclosing(
-                    resumed_events(
+                    resumed_event_batches(
                         run.client, run.hermes_run_id, self._recovery, contact=contact, read_pause=read_pause
                     )
-                ) as events:
-                    async for event in events:
+                ) as batches:
+                    async for batch in batches:
                         waiting_since[0] = None
-                        await self._perform_async(run, tr.translate(run.view, event))
-                        if run.finished.is_set():
-                            return
+                        for event in tr.joined_deltas(batch):
+                            await self._perform_async(run, tr.translate(run.view, event))
+                            if run.finished.is_set():
+                                return
                         waiting_since[0] = time.monotonic()
             except hc.HermesError as exc:
                 log.warning("run %s: its event stream was lost (%s); asking Hermes how it goes", run.run_id, exc)

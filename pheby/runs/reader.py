@@ -1,7 +1,7 @@
 """The run stream's health, its resumption, and how a run's end is learnt when its stream is lost.
 
 A 0.22-era gateway numbers a run's events (`seq`) and replays those after a `Last-Event-ID`:
-`resumed_events` reopens a broken stream from the last event seen (`resume_tries` tries, backing off
+`resumed_event_batches` reopens a broken stream from the last event seen (`resume_tries` tries, backing off
 from `first_delay` to `max_delay`) and drops any event it already yielded, so whoever reads it never
 sees the break. A gateway that does not number its events, a `replay.truncated` (events lost), a
 reopening that can't connect (Hermes is down), or tries exhausted: the break is raised as
@@ -83,7 +83,7 @@ class ReplayLost(hc.HermesUnavailable):
     """A resumed stream can't give every event after the last one seen: the gateway dropped some."""
 
 
-async def resumed_events(
+async def resumed_event_batches(
     client: hc.HermesClient,
     hermes_run_id: str,
     timing: RecoveryTiming = DEFAULT_TIMING,
@@ -91,31 +91,38 @@ async def resumed_events(
     contact: Contact | None = None,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     read_pause: hc.ReadPause | None = None,
-) -> AsyncGenerator[hc.RunEvent, None]:
-    """The run's events until its terminal one, each once and in order, across breaks of a numbered stream.
+) -> AsyncGenerator[list[hc.RunEvent], None]:
+    """The run's events until its terminal one, each once and in order, across breaks of a numbered
+    stream; in the lists `HermesClient.run_event_batches` gives (one per socket read, never empty).
 
     Raises `HermesUnavailable` when the stream breaks and can't be resumed without loss, or Hermes has
     failed to answer for `unreachable_for` (counted in `contact`, which `settle` goes on counting in), and
-    whatever else `HermesClient.run_events` raises (`HermesNotFound`: Hermes no longer streams the run).
-    `read_pause` goes to `run_events` (see `pause_while_held`)."""
+    whatever else `run_event_batches` raises (`HermesNotFound`: Hermes no longer streams the run).
+    `read_pause` goes to `run_event_batches` (see `pause_while_held`)."""
     contact = contact or Contact()
     last_seq: int | None = None
     failures = 0
     delay = timing.first_delay
     while True:
         try:
-            stream = client.run_events(hermes_run_id, last_event_id=last_seq, read_pause=read_pause)
-            async with contextlib.aclosing(stream) as events:
-                async for event in events:
+            stream = client.run_event_batches(hermes_run_id, last_event_id=last_seq, read_pause=read_pause)
+            async with contextlib.aclosing(stream) as batches:
+                async for batch in batches:
                     contact.answered()
-                    if type(event) is hc.ReplayTruncated:
-                        raise ReplayLost("the resumed run stream lost events (replay.truncated)")
-                    seq = event.seq
-                    if isinstance(seq, int):
-                        if last_seq is not None and seq <= last_seq:
-                            continue  # already yielded before the break
-                        last_seq, failures, delay = seq, 0, timing.first_delay
-                    yield event
+                    fresh: list[hc.RunEvent] = []
+                    for event in batch:
+                        if type(event) is hc.ReplayTruncated:
+                            if fresh:
+                                yield fresh
+                            raise ReplayLost("the resumed run stream lost events (replay.truncated)")
+                        seq = event.seq
+                        if isinstance(seq, int):
+                            if last_seq is not None and seq <= last_seq:
+                                continue  # already yielded before the break
+                            last_seq, failures, delay = seq, 0, timing.first_delay
+                        fresh.append(event)
+                    if fresh:
+                        yield fresh
             return
         except hc.HermesUnavailable as exc:
             failing_for = contact.failed()
@@ -168,24 +175,35 @@ def _wake(sleeping: "asyncio.Future[None]") -> None:
         sleeping.set_result(None)
 
 
-def pause_while_held(held_for: Callable[[], float], read_now: ReadNow, lead: float = READ_LEAD_SECONDS) -> hc.ReadPause:
+def pause_while_held(
+    held_for: Callable[[], float],
+    send_held: Callable[[], None],
+    read_now: ReadNow,
+    lead: float = READ_LEAD_SECONDS,
+) -> hc.ReadPause:
     """What a run's reader awaits before each read from Hermes: while a delta of the run would be held
     back anyway (`held_for`: seconds until its window ends, 0 when it would go out at once), until
-    just before the window ends, so the events that came meanwhile are read in one go and their text
-    goes out when the window ends; else nothing (window 0, before the first text, after a quiet window).
+    just before the window ends, so the events that came meanwhile are read in one go; else nothing
+    (window 0, before the first text, after a quiet window).
 
-    Events other than text are then seen up to one window late, as the text is. `read_now` ends
-    every pause, now and later (a cancel: Hermes's answer to it is read at once)."""
+    Awaited again after that read, with the window's end at most `lead` away, it sends the held text
+    itself (`send_held`) rather than leave it to the window's end: one wake-up a window, not two. Events
+    other than text are seen up to one window late, as the text is. `read_now` ends every pause, now
+    and later (a cancel: Hermes's answer to it is read at once)."""
 
     async def pause() -> None:
         while not read_now.is_set:
             held = held_for()
             if held <= 0:
                 return
-            # Too near the window's end to read before it: read before the next one's (or at once).
-            await read_now.sleep(held - lead if held > lead else held)
-            if held > lead:
-                return
+            if held <= lead:
+                send_held()  # the window's events are read: out with its text now
+                held = held_for()
+                if held <= lead:  # nothing was held: the window ends, quiet, and the next read is at once
+                    await read_now.sleep(held)
+                    continue
+            await read_now.sleep(held - lead)
+            return
 
     return pause
 

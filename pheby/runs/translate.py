@@ -7,6 +7,7 @@ stream and the companion plugin's pushes are turned into (see `pheby.runs.tool_m
 by the view's `mint` function, so a test can make them predictable.
 """
 
+import itertools
 import secrets
 from collections import defaultdict, deque
 from collections.abc import Callable
@@ -142,6 +143,23 @@ class RunView:
     tools: dict[str, ev.ToolState] = field(default_factory=dict)
     open_tools: defaultdict[str, deque[str]] = field(default_factory=lambda: defaultdict(deque))
     mint: Callable[[], str] = mint_tool_id
+
+
+def joined_deltas(events: list[hc.RunEvent]) -> list[hc.RunEvent]:
+    """The events of one read, each run of consecutive text deltas joined into one (the last's, with all
+    their text): a draft only grows by a delta's text, so it ends the same, for one translation and one
+    broadcast instead of one per delta. The order of everything else is untouched."""
+    if len(events) < 2:
+        return events
+    joined: list[hc.RunEvent] = []
+    for is_delta, group in itertools.groupby(events, key=lambda event: type(event) is hc.MessageDelta):
+        if not is_delta:
+            joined.extend(group)
+            continue
+        deltas = [event for event in group if isinstance(event, hc.MessageDelta)]
+        text = "".join(delta.delta for delta in deltas)
+        joined.append(deltas[0] if len(deltas) == 1 else msgspec.structs.replace(deltas[-1], delta=text))
+    return joined
 
 
 def translate(view: RunView, event: hc.RunEvent) -> list[Output]:
