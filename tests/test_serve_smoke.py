@@ -28,7 +28,8 @@ import pytest
 
 from demo_hermes import DemoHermesServer
 from handlers.support.app import create_app
-from pheby.server import WS_MAX_SIZE, JsonFormatter, build_uvicorn_config
+from pheby import server as pheby_server
+from pheby.server import WS_MAX_SIZE, JsonFormatter, PhebyServer, build_uvicorn_config
 from pheby.settings import Settings
 from pheby.startup_checks import StartupRefused, check_data_dir, run_startup_checks
 from storage import S3Store
@@ -281,6 +282,36 @@ def test_uvicorn_settings_of_pheby_serve(make_settings: Callable[..., Settings])
     assert config.ws_max_size == WS_MAX_SIZE == 4 * MiB  # room above the protocol's 2 MiB for `too_large`
     assert config.ws_ping_interval == 30
     assert config.ws_ping_timeout == 30
+
+
+@pytest.mark.anyio
+async def test_the_main_loop_ticks_once_a_second_renewing_the_date_and_a_signal_ends_it_at_once(
+    make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = make_settings(hermes_url="http://127.0.0.1:1")
+    server = PhebyServer(build_uvicorn_config(settings, create_app(settings)))
+    server.config.load()
+    ticks: list[int] = []
+    real_on_tick = server.on_tick
+
+    async def on_tick(counter: int) -> bool:
+        ticks.append(counter)
+        return await real_on_tick(counter)
+
+    monkeypatch.setattr(server, "on_tick", on_tick)
+    monkeypatch.setattr(pheby_server, "TICK_SECONDS", 0.01)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            group.start_soon(server.main_loop)
+            while len(ticks) < 3:
+                await anyio.sleep(0.01)
+            # uvicorn renews its Date header when the counter is a multiple of 10: here every tick does.
+            assert all(counter % 10 == 0 for counter in ticks)
+            assert any(name == b"date" for name, _ in server.server_state.default_headers)
+            monkeypatch.setattr(pheby_server, "TICK_SECONDS", 3600.0)  # a wait that would outlast the test
+            await anyio.sleep(0.05)
+            server.handle_exit(signal.SIGTERM, None)  # as uvicorn's signal handler calls it
+    assert server.should_exit  # and the hour's wait ended at once: main_loop returned within fail_after
 
 
 def test_json_log_lines_survive_quotes_and_tracebacks() -> None:
