@@ -905,3 +905,45 @@ def test_the_streams_request_names_its_host_as_http_wants_it(url: str, host: byt
     head = request.split(b"\r\n")
     assert head[0] == b"GET /v1/runs/r/events HTTP/1.1"
     assert b"Host: " + host in head
+
+
+def chunked(*pieces: bytes, extension: bytes = b"", trailer: bytes = b"") -> bytes:
+    body = b"".join(b"%x%s\r\n%s\r\n" % (len(piece), extension, piece) for piece in pieces)
+    return body + b"0\r\n" + trailer + b"\r\n"
+
+
+def test_the_dechunker_gives_a_reads_chunks_at_once_however_the_bytes_are_cut() -> None:
+    pieces = [b"data: {}\n\n", b"x" * 300, b"\r\n\r\n", b"last"]
+    wire = chunked(*pieces, extension=b" ;name=value", trailer=b"X-Trailer: yes\r\n")
+    assert run_stream.Dechunker().feed(wire) == (b"".join(pieces), True)
+    for cut in range(1, len(wire)):  # every split into two reads: a size line or a CRLF cut anywhere
+        dechunker = run_stream.Dechunker()
+        first, first_ended = dechunker.feed(wire[:cut])
+        second, second_ended = dechunker.feed(wire[cut:])
+        assert first + second == b"".join(pieces)
+        assert (first_ended, second_ended) == (False, True)
+    one_by_one = run_stream.Dechunker()
+    assert b"".join(one_by_one.feed(wire[i : i + 1])[0] for i in range(len(wire))) == b"".join(pieces)
+    assert one_by_one.done
+
+
+@pytest.mark.parametrize(
+    ("wire", "complaint"),
+    [
+        (b"zz\r\nab\r\n", "not hexadecimal"),
+        (b"0x2\r\nab\r\n", "not hexadecimal"),
+        (b"2\r\nabXY", "CRLF"),
+        (b"1" * 5000, "too long"),
+    ],
+)
+def test_the_dechunker_refuses_a_broken_chunked_body(wire: bytes, complaint: str) -> None:
+    with pytest.raises(httpx.RemoteProtocolError, match=complaint):
+        run_stream.Dechunker().feed(wire)
+
+
+def test_a_chunked_body_cut_short_by_the_peer_is_a_protocol_error() -> None:
+    dechunker = run_stream.Dechunker()
+    assert dechunker.feed(b"5\r\nab") == (b"ab", False)
+    assert dechunker.feed(None) == (b"", False)  # nothing new
+    with pytest.raises(httpx.RemoteProtocolError, match="ended inside"):
+        dechunker.feed(b"")  # the peer closed
