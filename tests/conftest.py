@@ -1,13 +1,16 @@
 """Shared fixtures. Fixture plugins for the Hermes doubles and the real gateway live in their own modules."""
 
-from collections.abc import AsyncIterator, Callable
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from handlers.support.app import create_app
 from pheby.settings import Settings, load_settings
+from scheduler.blob_sweep import sweep_blobs
 from tests.app_client import BASE, Api
 
 pytest_plugins: list[str] = [
@@ -44,3 +47,30 @@ async def api(settings: Settings) -> AsyncIterator[Api]:
     """The app in process, on the `settings` fixture of the test's module, lifespan included."""
     async with Api(create_app(settings), base_url=BASE) as client:
         yield client
+
+
+StartUpSweep = Callable[[], Awaitable[None]]
+
+
+@pytest.fixture
+def start_up_sweep(monkeypatch: pytest.MonkeyPatch) -> StartUpSweep:
+    """Await it to wait until the blob sweep that a server started in the test runs at start-up is over.
+
+    A sweep still running races a test's own blobs (it removes a tombstoned attachment's bytes at once),
+    and the job's next run time moves on when it starts, not when it ends: so the job is wrapped."""
+    over = threading.Event()
+
+    async def sweep_then_tell(services: Any) -> Any:
+        try:
+            return await sweep_blobs(services)
+        finally:
+            over.set()
+
+    monkeypatch.setattr("scheduler.sweep_blobs", sweep_then_tell)  # the name the scheduler adds its job by
+
+    async def over_yet() -> None:
+        with anyio.fail_after(60):
+            while not over.is_set():
+                await anyio.sleep(0.02)
+
+    return over_yet

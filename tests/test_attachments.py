@@ -23,7 +23,7 @@ from pheby.services import Services
 from pheby.settings import Settings
 from pheby.store.quotas import UploadQuota
 from storage import StorageError
-from tests.conftest import TEST_SECRET
+from tests.conftest import TEST_SECRET, StartUpSweep
 from tests.files import PNG_1PX, corrupted_pdf, encrypted_pdf, text_pdf
 from tests.live_server import LiveServer
 from tests.ws_client import PhebyClient
@@ -75,8 +75,9 @@ def settings(make_settings: Callable[..., Settings], storage_settings: dict[str,
 
 
 @pytest.fixture
-async def client(settings: Settings) -> AsyncIterator[AsyncTestClient[Any]]:
+async def client(settings: Settings, start_up_sweep: StartUpSweep) -> AsyncIterator[AsyncTestClient[Any]]:
     async with AsyncTestClient(create_app(settings)) as c:
+        await start_up_sweep()  # else it may sweep what a test tombstones
         yield c
 
 

@@ -17,7 +17,7 @@ from pheby.services import Services
 from pheby.settings import Settings
 from scheduler.blob_sweep import sweep_blobs
 from storage import LocalDiskStore, S3Store
-from tests.conftest import TEST_SECRET
+from tests.conftest import TEST_SECRET, StartUpSweep
 from tests.s3_server import CuttableS3Server
 
 pytestmark = pytest.mark.anyio
@@ -27,7 +27,7 @@ HOUR = 3600
 
 @pytest.fixture(params=["local", "moto-server"])
 async def client(
-    request: pytest.FixtureRequest, make_settings: Callable[..., Settings]
+    request: pytest.FixtureRequest, make_settings: Callable[..., Settings], start_up_sweep: StartUpSweep
 ) -> AsyncIterator[AsyncTestClient[Any]]:
     if request.param == "local":
         settings = make_settings()
@@ -35,18 +35,8 @@ async def client(
         server: CuttableS3Server = request.getfixturevalue("moto_s3")
         settings = make_settings(storage="s3", s3_bucket=server.bucket, s3_endpoint_url=server.url)
     async with AsyncTestClient(create_app(settings)) as c:
-        await start_up_sweep_done(c)
+        await start_up_sweep()
         yield c
-
-
-async def start_up_sweep_done(client: AsyncTestClient[Any]) -> None:
-    """Wait until the sweep the server runs at start-up is over (its next run is then an hour on)."""
-    job = client.app.state.scheduler.get_job("sweep-blobs")
-    for _ in range(200):
-        if job.next_run_time.timestamp() > time.time() + HOUR / 2:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("the start-up sweep did not run")
 
 
 async def chunks(data: bytes) -> AsyncIterator[bytes]:
@@ -171,11 +161,11 @@ async def test_the_sweep_runs_at_start_up_and_hourly(make_settings: Callable[...
 
 
 async def test_a_sweep_while_storage_fails_is_one_warning_and_the_next_goes_on(
-    make_settings: Callable[..., Settings], caplog: pytest.LogCaptureFixture
+    make_settings: Callable[..., Settings], caplog: pytest.LogCaptureFixture, start_up_sweep: StartUpSweep
 ) -> None:
     settings = make_settings()
     async with AsyncTestClient(create_app(settings)) as client:
-        await start_up_sweep_done(client)
+        await start_up_sweep()
         services: Services = client.app.state.services
         orphan = await Leftovers(services).orphan(age=2 * HOUR)
         blobs = settings.data_dir / "blobs"

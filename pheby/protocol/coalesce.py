@@ -2,7 +2,8 @@
 
 Every `message.delta` carries the whole draft so far, so a client needs only the newest one. Per
 message (`message_id`), the first delta goes out at once; after it, at most one per window, always
-the newest text, sent by a timer at the end of the window. Any other event broadcast to the
+the newest text, sent by a timer at the end of the window, or a few ms before it by the run's
+reader once it has read the window's events (`send_window_early`). Any other event broadcast to the
 account first sends that account's pending deltas, so the order the spec defines (text before the
 `tool.event`, `approval.request`, `message.complete`, ... that follows it) is unchanged and no
 text is lost. A message's entry lives until its `message.complete` (or its conversation's
