@@ -83,9 +83,7 @@ async def create_run(request: Request[Any, Any, Any]) -> Response[bytes]:
             headers={"Retry-After": "1"},
         )
     idempotency_key = _idempotency_key(request) if "runs_idempotency" in state.features else None
-    fingerprint = (
-        "" if idempotency_key is None else hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
-    )
+    fingerprint = "" if idempotency_key is None else _fingerprint(body)
     if idempotency_key is not None and (admitted := state.runs.admitted(idempotency_key)) is not None:
         if admitted[0] != fingerprint:
             raise api_error(
