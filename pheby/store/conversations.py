@@ -43,6 +43,12 @@ class TranscriptTurn(NamedTuple):
     content: str
 
 
+def _kept_turns(conn: sqlite3.Connection, conversation_id: str) -> list[TranscriptTurn]:
+    """The conversation's kept text turns (table transcript_turns), oldest first."""
+    query = "SELECT hermes_id, role, content FROM transcript_turns WHERE conversation_id = ? ORDER BY hermes_id"
+    return [TranscriptTurn(*row) for row in conn.execute(query, (conversation_id,))]
+
+
 def clean_name(name: str | None) -> str:
     cleaned = " ".join((name or "").split())
     if len(cleaned) > NAME_MAX:
@@ -243,13 +249,7 @@ class Conversations:
                 "INSERT OR IGNORE INTO history_log (conversation_id, hermes_id, role, text, ts) VALUES (?, ?, ?, ?, ?)",
                 [(conversation_id, m.number, m.role, m.text, m.ts) for m in shown if m.number > newest],
             )
-            kept = {
-                TranscriptTurn(*row)
-                for row in conn.execute(
-                    "SELECT hermes_id, role, content FROM transcript_turns WHERE conversation_id = ?",
-                    (conversation_id,),
-                )
-            }
+            kept = set(_kept_turns(conn, conversation_id))
             listed = set(turns)
             conn.executemany(  # gone, or changed: a compaction rewrote the transcript
                 "DELETE FROM transcript_turns WHERE conversation_id = ? AND hermes_id = ?",
@@ -264,13 +264,7 @@ class Conversations:
 
     async def transcript_turns(self, conversation_id: str) -> builtins.list[TranscriptTurn]:
         """The text turns `log_transcript` kept last, oldest first."""
-        rows = await self._db.run(
-            lambda c: c.execute(
-                "SELECT hermes_id, role, content FROM transcript_turns WHERE conversation_id = ? ORDER BY hermes_id",
-                (conversation_id,),
-            ).fetchall()
-        )
-        return [TranscriptTurn(*row) for row in rows]
+        return await self._db.run(lambda c: _kept_turns(c, conversation_id))
 
     async def logged_history(self, conversation_id: str) -> builtins.list[HistoryMessage]:
         rows = await self._db.run(
