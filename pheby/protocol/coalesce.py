@@ -85,14 +85,8 @@ class DeltaCoalescer:
         window's end. The next window still ends one window after this one was to, so the pace stays one
         delta per window."""
         stream = self._streams.get(message_id)
-        if stream is None or stream.pending is None:
-            return
-        event, stream.pending = stream.pending, None
-        stream.timer.cancel()
-        loop = self._loop or asyncio.get_running_loop()
-        stream.window_ends += self._window
-        stream.timer = loop.call_at(stream.window_ends, self._window_ended, message_id)
-        self._forward(stream.account_id, event)
+        if stream is not None and stream.pending is not None:
+            self._send_pending(message_id, stream, next_window_ends=stream.window_ends + self._window)
 
     def pending_messages(self) -> int:
         """How many messages have an entry (tests: nothing may stay behind)."""
@@ -108,10 +102,12 @@ class DeltaCoalescer:
         self._streams[event.message_id] = stream
         self._by_account.setdefault(account_id, {})[event.message_id] = stream
 
-    def _new_window(self, message_id: str) -> tuple[asyncio.TimerHandle, float]:
-        """The timer that ends a new window of the message, and when it ends (loop time)."""
+    def _new_window(self, message_id: str, ends: float | None = None) -> tuple[asyncio.TimerHandle, float]:
+        """The timer that ends a new window of the message, and when it ends (loop time; by default one
+        window from now)."""
         loop = self._loop or asyncio.get_running_loop()
-        return loop.call_later(self._window, self._window_ended, message_id), loop.time() + self._window
+        ends = loop.time() + self._window if ends is None else ends
+        return loop.call_at(ends, self._window_ended, message_id), ends
 
     def _time(self) -> float:
         return (self._loop or asyncio.get_running_loop()).time()
@@ -125,10 +121,10 @@ class DeltaCoalescer:
         else:
             self._send_pending(message_id, stream)
 
-    def _send_pending(self, message_id: str, stream: _Stream) -> None:
+    def _send_pending(self, message_id: str, stream: _Stream, next_window_ends: float | None = None) -> None:
         event, stream.pending = stream.pending, None
         stream.timer.cancel()
-        stream.timer, stream.window_ends = self._new_window(message_id)
+        stream.timer, stream.window_ends = self._new_window(message_id, next_window_ends)
         if event is not None:
             self._forward(stream.account_id, event)
 
