@@ -21,7 +21,7 @@ Cases alternate round by round.
   window-0 case.
 - CPU: the server process's CPU time (user + system, all its threads, from /proc via psutil) over
   the run; the demo Hermes and the clients are other processes. As a ratio to the window-0 case with
-  the same compression. It includes reading the run's SSE stream from Hermes (httpx) and what the
+  the same compression. It includes reading the run's SSE stream from Hermes and what the
   server spends with nothing to do (pollers, uvicorn's tick) while the answer streams. For the
   second, each server is first watched idle for a few seconds; an informational line gives the ratio
   with that idle spending, over each run's time, taken off both sides (the target is the plain ratio).
