@@ -5,7 +5,8 @@ Hermes writes one ``data: <json>`` line per event and a blank line after it, wit
 for that (multi-line data joined by ``\\n``, CRLF endings, comments and other fields ignored) and
 works on bytes, so payloads go to the JSON decoder without a text round trip. As the SSE rules
 say, an event cut off by the end of the stream (no blank line after it) is never dispatched.
-Lines ended by a lone CR (no LF) are not supported; Hermes never writes them.
+Lines ended by a lone CR (no LF) are not supported; Hermes never writes them. An event still
+unfinished past ``MAX_EVENT_BYTES`` is ``HermesUpstreamError``.
 
 ``feed_frames`` also returns each event's ``id:`` field (a 0.22-era gateway numbers its events, 0.19.0
 does not) and keeps ``last_event_id`` as the SSE rules define it: the last ``id:`` seen, which is what a
@@ -14,9 +15,14 @@ reconnecting client sends as ``Last-Event-ID``.
 
 from typing import Final
 
-__all__ = ["MAX_EVENT_ID_BYTES", "SSEDataParser"]
+from hermes_client.errors import HermesUpstreamError
+
+__all__ = ["MAX_EVENT_BYTES", "MAX_EVENT_ID_BYTES", "SSEDataParser"]
 
 MAX_EVENT_ID_BYTES: Final = 64  # a longer id is ignored: nothing this client resumes with is that long
+# An event not ended by then is refused: its bytes are kept until its blank line, so this bounds them.
+# A run's final output (run.completed) is the largest event Hermes writes; this leaves it ample room.
+MAX_EVENT_BYTES: Final = 16 * 1024 * 1024
 
 
 def _block_data(block: bytes) -> bytes | None:
@@ -46,11 +52,11 @@ class SSEDataParser:
         if b"\r" in buffer:
             buffer = buffer.replace(b"\r\n", b"\n")
         end = buffer.rfind(b"\n\n")
-        if end < 0:
-            self._partial = buffer
-            return None
-        self._partial = buffer[end + 2 :]
-        return buffer[:end]
+        self._partial = buffer if end < 0 else buffer[end + 2 :]
+        if len(self._partial) > MAX_EVENT_BYTES:
+            self._partial = b""
+            raise HermesUpstreamError(f"an event of the run stream is over {MAX_EVENT_BYTES} bytes")
+        return None if end < 0 else buffer[:end]
 
     def feed_frames(self, chunk: bytes) -> tuple[list[bytes], list[str | None] | None]:
         """Consume a chunk; return the ``data`` of every event it completed and, if any had one, their ids

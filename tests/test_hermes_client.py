@@ -41,6 +41,7 @@ from hermes_client import (
     run_stream,
     sanitize_message,
 )
+from hermes_client.sse import MAX_EVENT_BYTES
 from tests.demo_hermes_server import client_for
 from tests.tcp_proxy import TcpProxy
 
@@ -947,3 +948,17 @@ def test_a_chunked_body_cut_short_by_the_peer_is_a_protocol_error() -> None:
     assert dechunker.feed(None) == (b"", False)  # nothing new
     with pytest.raises(httpx.RemoteProtocolError, match="ended inside"):
         dechunker.feed(b"")  # the peer closed
+
+
+async def test_an_event_that_never_ends_is_refused_once_it_passes_the_ceiling_not_kept_whole() -> None:
+    piece = b"x" * (1024 * 1024)
+    parser = SSEDataParser()
+    assert parser.feed(b"data: ") == []
+    for _ in range(MAX_EVENT_BYTES // len(piece) - 1):
+        assert parser.feed(piece) == []  # up to the ceiling: kept, waiting for its blank line
+    with pytest.raises(HermesUpstreamError, match="over"):
+        parser.feed(piece)
+    # Through the client: the stream is given up as Hermes's fault, not held in memory whole.
+    async with sse_client(b"data: ", *[piece] * (MAX_EVENT_BYTES // len(piece) + 1)) as client:
+        with pytest.raises(HermesUpstreamError):
+            await read_events(client)
