@@ -17,7 +17,9 @@ and the growth printed is peak - idle.
   (its send queue bounded) or after the replies had time to be made.
 - sockets before hello: N sockets from 125 loopback addresses (127.0.0.x, so each address holds
   the 8 sockets it may) that never say hello; measured twice: idle sockets, and sockets that each
-  sent just under 64 KiB of a frame and stalled (the most the server buffers before hello).
+  sent just under 64 KiB of a frame and stalled (the most one socket may buffer before hello; all
+  of them together may hold `PHEBY_WS_PRE_HELLO_BYTES`, 16 MiB, and the socket that would pass it
+  is refused, so "still open" counts those the server kept).
 - login flood: N clients, each from its own loopback address, post failing logins (random
   usernames) as fast as they are answered, while a client of the owner times `GET /api/me`
   (bearer); its p50 during the flood over its p50 idle (same server, just before) is the ratio.

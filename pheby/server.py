@@ -82,7 +82,7 @@ def build_uvicorn_config(settings: Settings, app: Litestar) -> uvicorn.Config:
         port=settings.port,
         workers=1,
         lifespan="on",
-        ws=ServerWebSocketProtocol,
+        ws=ServerWebSocketProtocol.with_pre_hello_budget(settings.ws_pre_hello_bytes),
         ws_max_size=WS_MAX_SIZE,
         ws_ping_interval=WS_PING_SECONDS,
         ws_ping_timeout=WS_PING_SECONDS,

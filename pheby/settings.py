@@ -62,6 +62,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     ws_send_queue_bytes: Annotated[int, msgspec.Meta(gt=0)] = 8 * MiB
     # PHEBY_WS_MAX_CONNECTIONS: WebSockets the server holds in all (with or without hello); more are refused.
     ws_max_connections: Annotated[int, msgspec.Meta(gt=0)] = 10_000
+    # PHEBY_WS_PRE_HELLO_BYTES: what all WebSockets that have not said hello may have sent, together;
+    # the socket that would pass it is refused (1013).
+    ws_pre_hello_bytes: Annotated[int, msgspec.Meta(ge=64 * 1024)] = 16 * MiB
     # PHEBY_WS_DELTA_WINDOW_MS: at most one `message.delta` per run per this many ms (0: every delta).
     ws_delta_window_ms: Annotated[int, msgspec.Meta(ge=0, le=10_000)] = 100
     # PHEBY_WS_COMPRESSION: accept permessage-deflate from clients that offer it.
@@ -135,6 +138,7 @@ ENV_NAMES: dict[str, str] = {
     "ws_hello_timeout": "PHEBY_WS_HELLO_TIMEOUT",
     "ws_send_queue_bytes": "PHEBY_WS_SEND_QUEUE_BYTES",
     "ws_max_connections": "PHEBY_WS_MAX_CONNECTIONS",
+    "ws_pre_hello_bytes": "PHEBY_WS_PRE_HELLO_BYTES",
     "ws_delta_window_ms": "PHEBY_WS_DELTA_WINDOW_MS",
     "ws_compression": "PHEBY_WS_COMPRESSION",
     "body_idle_timeout": "PHEBY_BODY_IDLE_TIMEOUT",

@@ -2,21 +2,25 @@
 
 A real uvicorn server (the protocol class `pheby serve` uses), the `websockets` client. Before
 `hello` a frame is at most 64 KiB, refused from its header (nothing more is buffered), and each
-source address may hold at most 8 sockets that have not said `hello`. Deeply nested JSON gets the
+source address may hold at most 8 sockets that have not said `hello`, and all such sockets together
+at most `PHEBY_WS_PRE_HELLO_BYTES` of what they sent. Deeply nested JSON gets the
 normal error: before `hello` a failed (counted) hello, after it an error on a connection that
 stays open. `request_id` is at most 128 characters.
 """
 
+import asyncio
 import contextlib
 import json
 import logging
 import struct
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 from websockets.exceptions import ConnectionClosed
 
+from pheby.protocol.ws_protocol import PhebyWebSocketProtocol
 from pheby.settings import Settings
 from tests.live_server import LiveServer
 from tests.ws_client import PhebyClient
@@ -184,3 +188,87 @@ async def test_a_hello_with_a_long_request_id_is_a_failed_hello(
     assert error["error"]["code"] == "bad_request"
     assert "h" * 129 not in json.dumps(error)
     assert await client.closed() is not None
+
+
+# --- what all sockets before hello may hold -----------------------------------------------------
+
+STALLED_FRAME_BYTES = 60_000  # each stalled socket announces a hello this long
+STALLED_SENT_BYTES = 50 * 1024  # and sends this much of it
+
+
+def padded_hello(secret: str) -> bytes:
+    hello = json.dumps({"type": "hello", "secret": secret, "protocol_version": 1})
+    return (hello + " " * (STALLED_FRAME_BYTES - len(hello))).encode()
+
+
+async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Wait, bounded, until the server's state (looked at, not changed) meets `condition`."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "the server never got there"
+        await asyncio.sleep(0.02)
+
+
+async def upgrade_answer(server: LiveServer, padding: int) -> bytes:
+    """Everything the server writes back to an upgrade request carrying `padding` bytes of extra headers."""
+    port = int(server.ws_url.rsplit(":", 1)[1].split("/", 1)[0])
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    pads = "".join(f"X-Pad-{n}: {'p' * 7_500}\r\n" for n in range(padding // 7_500))
+    writer.write(
+        (
+            f"GET /ws HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            f"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{pads}\r\n"
+        ).encode()
+    )
+    try:
+        return await asyncio.wait_for(reader.read(), timeout=10)
+    finally:
+        writer.close()
+
+
+async def start_stalled_hello(client: PhebyClient, hello: bytes) -> bytes:
+    """Write the header and the first `STALLED_SENT_BYTES` of `hello` as one masked text frame; the rest is returned."""
+    header = bytes([0x81, 0x80 | 126]) + struct.pack("!H", len(hello)) + b"\x00\x00\x00\x00"  # zero mask key
+    client.ws.transport.write(header + hello[:STALLED_SENT_BYTES])
+    return hello[STALLED_SENT_BYTES:]
+
+
+async def test_the_bytes_all_sockets_before_hello_hold_are_bounded_and_given_back(
+    start_live_server: Callable[[Settings], LiveServer],
+    live_settings: Callable[..., Settings],
+    connect: Callable[..., Any],
+) -> None:
+    budget = 128 * 1024
+    server = start_live_server(live_settings(ws_hello_timeout=10.0, ws_pre_hello_bytes=budget))
+    protocol = server.server.config.ws_protocol_class  # looked at, not changed
+    assert isinstance(protocol, type)
+    assert issubclass(protocol, PhebyWebSocketProtocol)
+    before_hello = protocol.pre_hello
+    assert before_hello is not None
+    assert before_hello.limit == budget
+    hello = padded_hello(server.secret)
+    stalled = [await connect(server=server) for _ in range(2)]
+    for client in stalled:
+        await start_stalled_hello(client, hello)
+    await until(lambda: before_hello.held >= 2 * STALLED_SENT_BYTES)  # the server has them all
+    third = await connect(server=server)
+    await start_stalled_hello(third, hello)  # past the budget: refused, not held
+    refused = await third.expect("error")
+    assert refused["error"]["code"] == "rate_limited"
+    assert await third.closed() == 1013
+    fresh = await connect(server=server)  # a hello that fits still gets in meanwhile
+    await fresh.send("hello", secret=server.secret, protocol_version=1)
+    await fresh.expect("ready")
+    assert 2 * STALLED_SENT_BYTES <= before_hello.held <= budget
+    assert await upgrade_answer(server, padding=30_000) == b""  # over what is left: dropped, nothing written
+
+    for client in stalled:
+        client.ws.transport.abort()
+    await until(lambda: before_hello.held == 0)  # each gone socket gave its bytes back, the refused ones too
+
+    again = [await connect(server=server) for _ in range(2)]
+    rests = [await start_stalled_hello(client, hello) for client in again]
+    for client, rest in zip(again, rests, strict=True):
+        client.ws.transport.write(rest)  # the frame ends: a hello, taken
+        await client.expect("ready")
+    assert before_hello.held == 0  # a socket that said hello gave its bytes back
