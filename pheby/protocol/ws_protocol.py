@@ -1,4 +1,5 @@
-"""uvicorn's WebSocket protocol with a smaller frame ceiling until the client has said `hello`.
+"""uvicorn's WebSocket protocol with a smaller frame ceiling, and one byte budget for all sockets,
+until the client has said `hello`.
 
 uvicorn's `ws_max_size` (4 MiB here) is one ceiling for every connection, so before this a socket
 that had not authenticated could make the server buffer a 4 MiB message. With the installed
