@@ -22,6 +22,7 @@ from pheby.runs.active import ActiveRun
 from pheby.settings import Settings
 from pheby.store.accounts import Accounts, CredentialState
 from tests.live_server import LiveServer, hermes_settings
+from tests.polling import until
 from tests.ws_client import PhebyClient
 
 pytestmark = pytest.mark.anyio
@@ -104,10 +105,7 @@ async def start_slow_run(client: PhebyClient, server: LiveServer) -> tuple[str, 
 
 async def assert_run_cancelled(server: LiveServer, hermes: DemoHermesServer, conversation_id: str, run_id: str) -> None:
     """From the server's side: no active run any more, and Hermes's run was stopped (not completed)."""
-    deadline = time.monotonic() + 10
-    while server.services.runs.active(conversation_id) is not None:
-        assert time.monotonic() < deadline, "the run is still active"
-        await asyncio.sleep(0.05)
+    await until(lambda: server.services.runs.active(conversation_id) is None, "the run is still active", interval=0.05)
     async with httpx.AsyncClient(base_url=hermes.base_url, timeout=10) as http:
         response = await http.get(f"/v1/runs/{run_id}", headers={"Authorization": f"Bearer {hermes.api_key}"})
     assert response.json()["status"] == "cancelled", response.json()

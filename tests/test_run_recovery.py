@@ -26,6 +26,7 @@ from demo_hermes.newer import NEWER_FEATURES
 from pheby.settings import Settings
 from tests.demo_hermes_server import client_for
 from tests.live_server import LiveServer, hermes_settings
+from tests.polling import until
 from tests.run_recovery import KILL_DEADLINE_S, killed_hermes_scenario, stream_cut_scenario
 from tests.tcp_proxy import TcpProxy
 from tests.test_attachments_e2e import upload
@@ -266,10 +267,7 @@ async def send_and_lose_the_create_answer(
 ) -> None:
     """`chat.send` a slow run; once Hermes has made it, cut the connection its create's answer would come on."""
     await client.send("chat.send", conversation_id=conversation_id, text="/demo slow", request_id="send-1")
-    deadline = time.monotonic() + 10
-    while not hermes.state.runs.active():
-        assert time.monotonic() < deadline, "Hermes never made the run"
-        await asyncio.sleep(0.01)
+    await until(lambda: bool(hermes.state.runs.active()), "Hermes never made the run", interval=0.01)
     assert proxy.cut_requests("POST", "/v1/runs") == 1
 
 

@@ -13,16 +13,17 @@ import contextlib
 import json
 import logging
 import struct
-import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 from websockets.exceptions import ConnectionClosed
+from websockets.frames import Frame, Opcode
 
 from pheby.protocol.ws_protocol import PhebyWebSocketProtocol
 from pheby.settings import Settings
 from tests.live_server import LiveServer
+from tests.polling import until
 from tests.ws_client import PhebyClient
 
 pytestmark = [pytest.mark.anyio, pytest.mark.live]
@@ -127,8 +128,7 @@ async def test_a_pre_hello_frame_is_refused_from_its_header(connect: Callable[..
 
 async def test_a_hello_just_under_the_limit_still_works(connect: Callable[..., Any], live_server: LiveServer) -> None:
     client = await connect()
-    hello = json.dumps({"type": "hello", "secret": live_server.secret, "protocol_version": 1})
-    await client.send_raw(hello + " " * (PRE_HELLO_MAX_BYTES - len(hello)))
+    await client.send_raw(padded_hello(live_server.secret, PRE_HELLO_MAX_BYTES))
     await client.expect("ready")
     big_ping = json.dumps({"type": "ping", "request_id": "big", "pad": ""})
     await client.send_raw(big_ping.replace('"pad": ""', f'"pad": "{"x" * (1024 * 1024)}"'))
@@ -196,22 +196,15 @@ STALLED_FRAME_BYTES = 60_000  # each stalled socket announces a hello this long
 STALLED_SENT_BYTES = 50 * 1024  # and sends this much of it
 
 
-def padded_hello(secret: str) -> bytes:
+def padded_hello(secret: str, length: int) -> str:
+    """A valid hello of `length` characters (padded with spaces)."""
     hello = json.dumps({"type": "hello", "secret": secret, "protocol_version": 1})
-    return (hello + " " * (STALLED_FRAME_BYTES - len(hello))).encode()
-
-
-async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    """Wait, bounded, until the server's state (looked at, not changed) meets `condition`."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "the server never got there"
-        await asyncio.sleep(0.02)
+    return hello + " " * (length - len(hello))
 
 
 async def upgrade_answer(server: LiveServer, padding: int) -> bytes:
     """Everything the server writes back to an upgrade request carrying `padding` bytes of extra headers."""
-    port = int(server.ws_url.rsplit(":", 1)[1].split("/", 1)[0])
+    port = server.settings.port
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     pads = "".join(f"X-Pad-{n}: {'p' * 7_500}\r\n" for n in range(padding // 7_500))
     writer.write(
@@ -226,11 +219,12 @@ async def upgrade_answer(server: LiveServer, padding: int) -> bytes:
         writer.close()
 
 
-async def start_stalled_hello(client: PhebyClient, hello: bytes) -> bytes:
-    """Write the header and the first `STALLED_SENT_BYTES` of `hello` as one masked text frame; the rest is returned."""
-    header = bytes([0x81, 0x80 | 126]) + struct.pack("!H", len(hello)) + b"\x00\x00\x00\x00"  # zero mask key
-    client.ws.transport.write(header + hello[:STALLED_SENT_BYTES])
-    return hello[STALLED_SENT_BYTES:]
+def stalled_hello(secret: str) -> tuple[bytes, bytes]:
+    """A hello of `STALLED_FRAME_BYTES` as one masked text frame, cut after `STALLED_SENT_BYTES` of its
+    payload: what a stalled socket sends, and the rest that would end the frame."""
+    frame = Frame(Opcode.TEXT, padded_hello(secret, STALLED_FRAME_BYTES).encode()).serialize(mask=True, extensions=[])
+    cut = len(frame) - STALLED_FRAME_BYTES + STALLED_SENT_BYTES
+    return frame[:cut], frame[cut:]
 
 
 async def test_the_bytes_all_sockets_before_hello_hold_are_bounded_and_given_back(
@@ -246,13 +240,13 @@ async def test_the_bytes_all_sockets_before_hello_hold_are_bounded_and_given_bac
     before_hello = protocol.pre_hello
     assert before_hello is not None
     assert before_hello.limit == budget
-    hello = padded_hello(server.secret)
+    first, rest = stalled_hello(server.secret)
     stalled = [await connect(server=server) for _ in range(2)]
     for client in stalled:
-        await start_stalled_hello(client, hello)
-    await until(lambda: before_hello.held >= 2 * STALLED_SENT_BYTES)  # the server has them all
+        client.ws.transport.write(first)
+    await until(lambda: before_hello.held >= 2 * STALLED_SENT_BYTES, "the stalled hellos never all arrived")
     third = await connect(server=server)
-    await start_stalled_hello(third, hello)  # past the budget: refused, not held
+    third.ws.transport.write(first)  # past the budget: refused, not held
     refused = await third.expect("error")
     assert refused["error"]["code"] == "rate_limited"
     assert await third.closed() == 1013
@@ -264,11 +258,13 @@ async def test_the_bytes_all_sockets_before_hello_hold_are_bounded_and_given_bac
 
     for client in stalled:
         client.ws.transport.abort()
-    await until(lambda: before_hello.held == 0)  # each gone socket gave its bytes back, the refused ones too
+    # Each gone socket gave its bytes back, the refused ones too.
+    await until(lambda: before_hello.held == 0, "bytes of gone sockets were never given back")
 
     again = [await connect(server=server) for _ in range(2)]
-    rests = [await start_stalled_hello(client, hello) for client in again]
-    for client, rest in zip(again, rests, strict=True):
+    for client in again:
+        client.ws.transport.write(first)
+    for client in again:
         client.ws.transport.write(rest)  # the frame ends: a hello, taken
         await client.expect("ready")
     assert before_hello.held == 0  # a socket that said hello gave its bytes back
