@@ -1,0 +1,13 @@
+-- Web Push subscriptions (`pheby.push`): one row per browser or device an account asked to be
+-- notified on. The endpoint is the push service's URL for that device; p256dh and auth are the
+-- device's keys the messages are encrypted to. The same endpoint again updates its row (same id).
+CREATE TABLE push_subscriptions (
+    id TEXT PRIMARY KEY,
+    account_id TEXT NOT NULL REFERENCES accounts (id) ON DELETE CASCADE,
+    endpoint TEXT NOT NULL,
+    p256dh TEXT NOT NULL,               -- base64url, the uncompressed P-256 point
+    auth TEXT NOT NULL,                 -- base64url, 16 bytes
+    events TEXT NOT NULL,               -- JSON list of the events it asked for
+    created_at REAL NOT NULL,
+    UNIQUE (account_id, endpoint)
+);
