@@ -21,6 +21,7 @@ pytest_plugins: list[str] = [
     "tests.s3_server",
     "tests.browser",
     "tests.tcp_proxy",
+    "tests.push_service",
 ]
 
 TEST_SECRET = "test-owner-secret-0123456789abcdef"
