@@ -39,6 +39,6 @@ async def create_push_subscription(
     data: Annotated[SubscribeRequest, json_body(SubscribeRequest, examples=[EXAMPLE])],
 ) -> SubscriptionBody:
     """400 for an endpoint that is not https on a public host, or keys that are not a P-256 point and a
-    16-byte secret; 409 past 20 subscriptions."""
-    subscription = await services.push.subscribe(current_user.account.id, data, data.events)
+    16-byte secret; 409 past 20 subscriptions. It is pushed to while the caller's credential works."""
+    subscription = await services.push.subscribe(current_user.account.id, data, data.events, current_user.token_id)
     return SubscriptionBody(subscription=subscription)

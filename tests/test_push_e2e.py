@@ -24,6 +24,7 @@ from tests.live_server import LiveServer, hermes_settings
 from tests.polling import until
 from tests.push_service import BrowserSubscription, PushService, Received, RecordingListener
 from tests.test_media_isolation import add_account
+from tests.test_revocation import pheby_cli
 from tests.ws_client import PhebyClient
 
 pytestmark = [pytest.mark.anyio, pytest.mark.live]
@@ -235,6 +236,37 @@ async def test_tokens_that_are_foreign_altered_expired_or_for_another_action_cha
         await owner.expect("run.finished", run_id=run_id)
         await owner.close()
         await bob.close()
+
+
+async def test_a_subscription_is_pushed_to_only_while_the_credential_that_made_it_works(pushing: Pushing) -> None:
+    settings = pushing.server.settings
+    _, lost_phone_token = await add_account(settings, "bob")
+    lost_phone = await pushing.subscribe(token=lost_phone_token)
+    bob = await pushing.client(lost_phone_token)
+    _, run_id = await new_chat(bob, "/demo approve")
+    (push,) = await lost_phone.wait_for(1, timeout=5)
+    assert push.payload["type"] == "approval"
+
+    await pheby_cli(pushing.server, "revoke", "bob")  # the phone was lost: every credential of bob's ends
+    await bob.closed(timeout=10)
+    # The server sweeps a revoked account once more on its next tick (a second apart), ending whatever the
+    # account started meanwhile, a new token's run included: let that pass first.
+    await asyncio.sleep(2.5)
+    new_token = (await pheby_cli(pushing.server, "token", "bob"))["token"]
+    new_phone = await pushing.subscribe(token=new_token)
+    bob = await pushing.client(new_token)
+    _, run_id = await new_chat(bob, "/demo approve")
+    await bob.expect("approval.request", run_id=run_id)
+    (pushed,) = await new_phone.wait_for(1, timeout=5)
+    assert pushed.payload["type"] == "approval"
+    await asyncio.sleep(NO_PUSH_WAIT)
+    # Nothing after the revoke, not even the dismiss of the decision the revoke ended (its tokens went with it).
+    assert [r.payload["type"] for r in lost_phone.received] == ["approval"]
+
+    await pheby_cli(pushing.server, "disable", "bob")
+    await bob.closed(timeout=10)
+    await asyncio.sleep(NO_PUSH_WAIT)
+    assert [r.payload["type"] for r in new_phone.received] == ["approval"]  # a disabled account is pushed nothing
 
 
 async def test_failed_answers_are_limited_per_address(pushing: Pushing) -> None:

@@ -1,7 +1,8 @@
 """`push.subscribe` → `push.subscribed` reply: keep a device's Web Push subscription (extension of protocol v1).
 
 The same shape as `POST /api/push/subscriptions` (see docs/protocol-extensions.md): the browser's or
-UnifiedPush distributor's `{endpoint, keys: {p256dh, auth}}`, and the events wanted (default: all).
+UnifiedPush distributor's `{endpoint, keys: {p256dh, auth}}`, and the events wanted (default: all). It is
+pushed to while the credential this socket said hello with works.
 """
 
 from typing import Annotated
@@ -20,5 +21,7 @@ class PushSubscribe(ClientMessage, frozen=True, tag="push.subscribe"):
 
 
 async def handle(ctx: WsContext, msg: PushSubscribe) -> None:
-    subscription = await ctx.services.push.subscribe(ctx.account.id, msg.subscription, msg.events)
+    subscription = await ctx.services.push.subscribe(
+        ctx.account.id, msg.subscription, msg.events, ctx.connection.token_id
+    )
     ctx.reply(PushSubscribed(subscription=subscription, request_id=rid(msg.request_id)))

@@ -69,14 +69,19 @@ class Push:
         return PushConfig(vapid_public_key=self.identity.public_key, events=list(PUSH_EVENTS))
 
     async def subscribe(
-        self, account_id: str, subscription: BrowserSubscription, events: list[PushEvent] | None
+        self,
+        account_id: str,
+        subscription: BrowserSubscription,
+        events: list[PushEvent] | None,
+        token_id: str | None,
     ) -> Subscription:
-        """Keep the account's subscription; `BadRequest` for an endpoint the server may not call, or bad keys."""
+        """Keep the account's subscription, for as long as the credential `token_id` works (None: the owner
+        secret); `BadRequest` for an endpoint the server may not call, or bad keys."""
         try:
             await self.policy.target(subscription.endpoint)
         except EndpointRefused as exc:
             raise BadRequest(f"The push endpoint can't be used: {exc}") from None
-        return await self.subscriptions.save(account_id, subscription, events)
+        return await self.subscriptions.save(account_id, subscription, events, token_id)
 
     async def answer(self, token: str, action: str) -> None:
         """Answer a decision from its notification: the same path as `approval.respond` / `clarify.respond`."""

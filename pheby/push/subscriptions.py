@@ -3,7 +3,9 @@
 A subscription is the push service endpoint of one browser or device plus the keys messages are
 encrypted to (`p256dh`, a P-256 point; `auth`, 16 bytes). The same endpoint subscribed again by the
 same account updates its row and keeps its id. An account holds at most `MAX_PER_ACCOUNT`; only its
-own are listed or removed.
+own are listed or removed. A subscription is sent to only while the credential that made it works: a
+revoked or expired token (a lost phone's session), a disabled account, or, for the owner secret, a
+revocation of the account's credentials since, stops its pushes.
 """
 
 import json
@@ -88,7 +90,11 @@ class PushSubscriptions:
         self._clock = clock
 
     async def save(
-        self, account_id: str, subscription: BrowserSubscription, events: list[PushEvent] | None
+        self,
+        account_id: str,
+        subscription: BrowserSubscription,
+        events: list[PushEvent] | None,
+        token_id: str | None,
     ) -> Subscription:
         """Insert, or update the account's row with this endpoint; `Conflict` past the per-account bound.
 
@@ -102,20 +108,22 @@ class PushSubscriptions:
                 "SELECT id, created_at FROM push_subscriptions WHERE account_id = ? AND endpoint = ?",
                 (account_id, subscription.endpoint),
             ).fetchone()
-            values = (subscription.keys.p256dh, subscription.keys.auth, json.dumps(wanted))
+            values = (subscription.keys.p256dh, subscription.keys.auth, json.dumps(wanted), token_id)
             if row is not None:
                 conn.execute(
-                    "UPDATE push_subscriptions SET p256dh = ?, auth = ?, events = ? WHERE id = ?", (*values, row[0])
+                    "UPDATE push_subscriptions SET p256dh = ?, auth = ?, events = ?, token_id = ?, created_at = ?"
+                    " WHERE id = ?",
+                    (*values, now, row[0]),
                 )
-                return Subscription(row[0], endpoint_origin(subscription.endpoint), wanted, row[1])
+                return Subscription(row[0], endpoint_origin(subscription.endpoint), wanted, now)
             (count,) = conn.execute(
                 "SELECT COUNT(*) FROM push_subscriptions WHERE account_id = ?", (account_id,)
             ).fetchone()
             if count >= MAX_PER_ACCOUNT:
                 raise Conflict(f"An account may hold at most {MAX_PER_ACCOUNT} push subscriptions; remove one first")
             conn.execute(
-                "INSERT INTO push_subscriptions (id, account_id, endpoint, p256dh, auth, events, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO push_subscriptions (id, account_id, endpoint, p256dh, auth, events, token_id, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (new_id, account_id, subscription.endpoint, *values, now),
             )
             return Subscription(new_id, endpoint_origin(subscription.endpoint), wanted, now)
@@ -146,10 +154,17 @@ class PushSubscriptions:
         await self._db.run(lambda c: c.execute("DELETE FROM push_subscriptions WHERE id = ?", (subscription_id,)))
 
     async def wanting(self, account_id: str, event: str) -> list[StoredSubscription]:
-        """The account's subscriptions that asked for `event`."""
+        """The account's subscriptions that asked for `event`, whose credential still works."""
+        now = self._clock()
         rows = await self._db.run(
             lambda c: c.execute(
-                "SELECT id, endpoint, p256dh, auth, events FROM push_subscriptions WHERE account_id = ?", (account_id,)
+                "SELECT s.id, s.endpoint, s.p256dh, s.auth, s.events FROM push_subscriptions s"
+                " JOIN accounts a ON a.id = s.account_id"
+                " LEFT JOIN auth_tokens t ON t.id = s.token_id"
+                " WHERE s.account_id = ? AND NOT a.disabled AND CASE WHEN s.token_id IS NULL"
+                "   THEN a.credentials_revoked_at IS NULL OR a.credentials_revoked_at < s.created_at"
+                "   ELSE t.revoked_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > ?) END",
+                (account_id, now),
             ).fetchall()
         )
         found = []
