@@ -29,7 +29,7 @@ skips the checks' verdict, but the checks still run: :attr:`Attempt.problem` say
 :class:`RecordingListener` is a second loopback server that answers ``201`` to anything and records it: a
 redirect target, or an address the server must never contact, shows with it that nothing arrived.
 
-Register with ``pytest_plugins = [..., "tests.push_service"]`` for the fixtures:
+Registered from ``tests/conftest.py`` (``pytest_plugins = [..., "tests.push_service"]``), for the fixtures:
 
 ``push_service``        a started :class:`PushService`, stopped when the test ends
 ``recording_listener``  a started :class:`RecordingListener`, stopped when the test ends
@@ -284,7 +284,10 @@ class _Handler(BaseHTTPRequestHandler):
             key = name.lower()
             headers[key] = f"{headers[key]}, {value}" if key in headers else value
         request = RecordedRequest(self.command, self.path, headers, body, arrived)
-        reply = self.server.respond(request)
+        try:
+            reply = self.server.respond(request)
+        except Exception as exc:  # a fault of the fixture's own: answered, so that the test sees it
+            reply = _error_reply(500, f"the loopback server failed: {exc!r}")
         if reply is None:
             self.server.stopping.wait()
             self.close_connection = True
@@ -515,13 +518,11 @@ class BrowserSubscription:
     service. Its scripted answers and records are shared with the service's thread, behind the service's lock.
     """
 
-    def __init__(
-        self, service: "PushService", subscription_id: str, lock: threading.Lock, events: tuple[str, ...] | None
-    ) -> None:
+    def __init__(self, origin: str, subscription_id: str, lock: threading.Lock, events: tuple[str, ...] | None) -> None:
         self.id = subscription_id
-        self.endpoint = f"{service.origin}/push/{subscription_id}"
+        self.endpoint = f"{origin}/push/{subscription_id}"
         self.events = events  # what the browser asks to be told of; kept for the test to register, unused here
-        self._service = service
+        self._origin = origin
         self._lock = lock
         self._private_key = ec.generate_private_key(ec.SECP256R1())
         self._auth_secret = secrets.token_bytes(16)
@@ -638,20 +639,19 @@ class BrowserSubscription:
                 return self._refuse(request, verdict)
             self._attempts.append(Attempt(request, 201, None))
             self._received.append(Received(verdict.payload, dict(request.headers), verdict.claims, request.time))
-        return _Reply(201, {"Location": f"{self._service.origin}/message/{secrets.token_urlsafe(12)}"})
+        return _Reply(201, {"Location": f"{self._origin}/message/{secrets.token_urlsafe(12)}"})
 
     def _refuse(self, request: RecordedRequest, refused: _Refused, headers: Mapping[str, str] | None = None) -> _Reply:
         """Record a refusal on the checks (the lock held) and answer it."""
         self._attempts.append(Attempt(request, refused.status, refused.reason))
         rejection = Rejection(self.id, refused.status, refused.reason, request)
         self._rejections.append(rejection)
-        self._service._note_rejection(rejection)
         return _error_reply(refused.status, refused.reason, headers)
 
     def _check(self, request: RecordedRequest, expected: _VapidExpectation | None) -> _Accepted | _Refused:
         """What a push service makes of the request: its claims and payload, or why it is refused."""
         try:
-            claims = _check_vapid(request.headers.get("authorization"), expected, self._service.origin, time.time())
+            claims = _check_vapid(request.headers.get("authorization"), expected, self._origin, time.time())
             _check_push_headers(request.headers)
             return _Accepted(claims, _decrypt(request.body, self._private_key, self._auth_secret))
         except _Refused as refused:
@@ -670,7 +670,7 @@ class PushService:
         self._subscriptions: dict[str, BrowserSubscription] = {}
         self._expected: _VapidExpectation | None = None
         self._requests_total = 0
-        self._rejections: list[Rejection] = []
+        self._unrouted: list[Rejection] = []  # requests to no subscription
         self._loopback = _Loopback(self._respond, "push-service")
 
     def start(self) -> Self:
@@ -700,7 +700,7 @@ class PushService:
         """A new subscription, as a browser makes one (``events``: kept on it for the test to register)."""
         subscription_id = secrets.token_urlsafe(16)
         subscription = BrowserSubscription(
-            self, subscription_id, self._lock, tuple(events) if events is not None else None
+            self.origin, subscription_id, self._lock, tuple(events) if events is not None else None
         )
         with self._lock:
             self._subscriptions[subscription_id] = subscription
@@ -726,11 +726,9 @@ class PushService:
     def rejections(self) -> list[Rejection]:
         """Every request refused on the checks, to any subscription or none, oldest first."""
         with self._lock:
-            return list(self._rejections)
-
-    def _note_rejection(self, rejection: Rejection) -> None:
-        """Called with the lock held."""
-        self._rejections.append(rejection)
+            found, subscriptions = list(self._unrouted), list(self._subscriptions.values())
+        found += [rejection for subscription in subscriptions for rejection in subscription.rejections]
+        return sorted(found, key=lambda rejection: rejection.request.time)
 
     def _respond(self, request: RecordedRequest) -> _Reply | None:
         with self._lock:
@@ -740,7 +738,7 @@ class PushService:
             expected = self._expected
             if subscription is None:
                 rejection = Rejection(None, 404, f"no subscription at {request.path}", request)
-                self._rejections.append(rejection)
+                self._unrouted.append(rejection)
                 return _error_reply(404, rejection.reason)
         return subscription._handle(request, expected)
 
