@@ -1,6 +1,6 @@
 """Benchmark Web Push: from Hermes's approval event to the push service holding the encrypted message.
 
-Run: `.venv/bin/python bench/push.py [--rounds N] [--subscriptions 1,20] [--delta-delay S] [--listen-backlog N]`
+Run: `.venv/bin/python bench/push.py [--rounds N] [--subscriptions 1,20] [--delta-delay S]`
 
 The demo Hermes and the server run in processes of their own (`bench.support`), the server allowed to
 push to 127.0.0.1 (`push_allow_hosts`, what PHEBY_PUSH_ALLOW_HOSTS=127.0.0.1 sets; the server child
@@ -8,9 +8,8 @@ takes its settings from flags only). The loopback push service of the tests (`te
 runs in this process: it is told the server's VAPID key (`GET /api/push/config`) and subject
 (`pheby.push.vapid.subject_of`), so every push is checked (VAPID signature and claims, headers) and
 decrypted with the subscription's keys, as a browser's push service does; one refused fails the bench.
-All on loopback, over plain http (no TLS). The push service listens with a backlog of 128 here
-(`--listen-backlog`; its own is socketserver's 5, which 20 connections opened at once overflow, and the
-pushes dropped wait a 1 s SYN-ACK retransmission), and counts the connections it accepts (conn/push).
+All on loopback, over plain http (no TLS). The push service counts the connections it accepts
+(conn/push: the server keeps its connections to a push service alive).
 
 The account gets the case's subscriptions (`POST /api/push/subscriptions`, all events: 1, then 19 more
 for 20), and one WebSocket client of the owner says `presence.set` background. A round: a new
@@ -67,7 +66,6 @@ from pheby.push.sender import encode_payload, encrypt
 from pheby.push.subscriptions import StoredSubscription
 from pheby.push.vapid import VapidIdentity, b64url_decode, subject_of
 from pheby.settings import load_settings
-from tests import push_service as push_harness
 from tests.push_service import BrowserSubscription, PushService
 
 API_KEY: Final = "bench-demo-key-0123456789abcdef"
@@ -77,40 +75,9 @@ TIMEOUT: Final = 30.0  # any one wait
 POLL_SECONDS: Final = 0.005  # how often the push service's records are looked at
 IDLE_SECONDS: Final = 5.0  # how long the server is watched with nothing to do
 WARM_PAIRS: Final = 2
-LISTEN_BACKLOG: Final = 128  # the push service's; socketserver's default is 5
 
 Frame = dict[str, Any]
 Payload = dict[str, Any]
-
-
-# --- the push service: a listen backlog like a real one's, and its connections counted --------------
-
-
-class Accepted:
-    """How many connections the push service has accepted."""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-
-def prepare_push_service(backlog: int) -> Accepted:
-    """Give the tests' push service (in this process) a listen backlog of `backlog`, and count its connections.
-
-    It listens with socketserver's backlog of 5; when the server opens more connections than that at once
-    (20 subscriptions, none kept alive), the kernel drops the overflow's handshake, and those pushes wait a
-    SYN-ACK retransmission (1 s): the push service's limit, not the server's. A real push service takes more.
-    """
-    accepted = Accepted()
-    server_class = push_harness._Server
-    original = server_class.process_request
-
-    def counting(self: push_harness._Server, request: Any, client_address: Any) -> None:
-        accepted.count += 1
-        original(self, request, client_address)
-
-    server_class.request_queue_size = backlog
-    server_class.process_request = counting  # type: ignore[method-assign]
-    return accepted
 
 
 # --- a lean Pheby client: stamps each frame's arrival before anything else --------------------------
@@ -216,14 +183,14 @@ async def one_round(
     client: Client,
     subscriptions: Sequence[BrowserSubscription],
     server: psutil.Process,
-    accepted: Accepted,
+    service: PushService,
     *,
     pushed: bool,
 ) -> Round:
     """One `/demo approve` run, denied; with `pushed`, the client is in the background and the pushes are timed."""
     me = psutil.Process()
     marks = [len(s.received) for s in subscriptions]
-    connections, cpu, own_cpu, began = accepted.count, cpu_of(server), cpu_of(me), time.monotonic()
+    connections, cpu, own_cpu, began = service.connections_accepted, cpu_of(server), cpu_of(me), time.monotonic()
     start = len(client.frames)
     await client.send("conversation.create", name="bench push")
     _, created = await client.wait_for("conversation.created", start)
@@ -246,7 +213,7 @@ async def one_round(
         cpu=cpu_of(server) - cpu,
         own_cpu=cpu_of(me) - own_cpu,
         seconds=time.monotonic() - began,
-        connections=accepted.count - connections,
+        connections=service.connections_accepted - connections,
     )
     delivered = sum(len(s.received) - mark for s, mark in zip(subscriptions, marks, strict=True))
     if pushed:
@@ -292,9 +259,7 @@ class Results:
     listen_overflows: int | None  # the kernel's count over the rounds (the whole machine's); None: unknown
 
 
-async def bench(
-    args: argparse.Namespace, server: ServerChild, service: PushService, accepted: Accepted, subject: str
-) -> Results:
+async def bench(args: argparse.Namespace, server: ServerChild, service: PushService, subject: str) -> Results:
     process = psutil.Process(server.pid)
     headers = {"Authorization": f"Bearer {SECRET}"}
     async with httpx.AsyncClient(base_url=server.base_url, headers=headers, timeout=TIMEOUT, trust_env=False) as http:
@@ -315,9 +280,9 @@ async def bench(
                 case = Case(count)
                 for pair in range(WARM_PAIRS + args.rounds):
                     await client.presence("background")
-                    pushed = await one_round(client, subscriptions, process, accepted, pushed=True)
+                    pushed = await one_round(client, subscriptions, process, service, pushed=True)
                     await client.presence("foreground")
-                    foreground = await one_round(client, subscriptions, process, accepted, pushed=False)
+                    foreground = await one_round(client, subscriptions, process, service, pushed=False)
                     if pair >= WARM_PAIRS:
                         case.pushed.append(pushed)
                         case.foreground.append(foreground)
@@ -437,18 +402,11 @@ def main() -> None:
         "--subscriptions", type=subscription_counts, default=[1, 20], help="the cases: subscriptions on the account"
     )
     parser.add_argument("--delta-delay", type=float, default=0.001, help="the demo Hermes's delta pacing")
-    parser.add_argument(
-        "--listen-backlog",
-        type=int,
-        default=LISTEN_BACKLOG,
-        help="the push service's listen backlog (5, socketserver's default, is what the tests' push service has)",
-    )
     args = parser.parse_args()
     logging.disable(logging.INFO)
     with tempfile.TemporaryDirectory(prefix="pheby-bench-") as tmp:
         demo = DemoChild(API_KEY, Path(tmp) / "demo.log", delta_delay=args.delta_delay)
         server: ServerChild | None = None
-        accepted = prepare_push_service(args.listen_backlog)
         service = PushService()
         try:
             flags = {
@@ -462,7 +420,7 @@ def main() -> None:
             subject = subject_of(load_settings({}, **flags))  # what the server signs with
             server = ServerChild(flags, Path(tmp) / "server.log")
             service.start()
-            results = asyncio.run(bench(args, server, service, accepted, subject))
+            results = asyncio.run(bench(args, server, service, subject))
         finally:
             service.stop()
             if server is not None:
