@@ -9,7 +9,7 @@ from litestar.openapi.spec import OpenAPIType, Schema
 from litestar.params import FromQuery
 
 from handlers.support.openapi import errors, query, raw_body_operation
-from handlers.support.uploads import FILENAME_SCHEMA, refuse_declared_over
+from handlers.support.uploads import FILENAME_SCHEMA, counted, refuse_declared_over
 from pheby.errors import BadRequest, ConversationNotFound
 from pheby.services import Services
 from pheby.store.attachments import PhebyDescriptor, pheby_descriptor
@@ -53,7 +53,10 @@ async def upload_attachment(
     except ConversationNotFound:
         raise BadRequest("Unknown conversation_id") from None
     refuse_declared_over(request, services.settings.attachment_max_bytes)
-    attachment = await services.attachments.upload_pheby(
-        principal.account.id, conversation_id, filename, request.headers.get("content-type"), request.stream()
+    attachment = await counted(
+        "pheby",
+        services.attachments.upload_pheby(
+            principal.account.id, conversation_id, filename, request.headers.get("content-type"), request.stream()
+        ),
     )
     return UploadResponse(attachment=pheby_descriptor(attachment))

@@ -7,7 +7,7 @@ from litestar import Request, post
 from litestar.di import NamedDependency
 
 from handlers.support.openapi import errors, header, raw_body_operation
-from handlers.support.uploads import FILENAME_SCHEMA, declared_length, utf8_header
+from handlers.support.uploads import FILENAME_SCHEMA, counted, declared_length, utf8_header
 from pheby.auth import Principal
 from pheby.files.file_types import HOPE_MIME_TYPES
 from pheby.services import Services
@@ -32,11 +32,14 @@ UPLOAD = raw_body_operation(HOPE_MIME_TYPES, [header("X-Filename", FILENAME_SCHE
 async def create_hope_attachment(
     request: Request[Any, Any, Any], current_user: NamedDependency[Principal], services: NamedDependency[Services]
 ) -> HopeAttachmentResponse:
-    attachment = await services.attachments.upload_hope(
-        current_user.account.id,
-        utf8_header(request, "x-filename"),
-        request.headers.get("content-type"),
-        declared_length(request),
-        request.stream(),
+    attachment = await counted(
+        "hope",
+        services.attachments.upload_hope(
+            current_user.account.id,
+            utf8_header(request, "x-filename"),
+            request.headers.get("content-type"),
+            declared_length(request),
+            request.stream(),
+        ),
     )
     return HopeAttachmentResponse(attachment=hope_object(attachment))

@@ -12,6 +12,7 @@ from litestar import Request, post
 from litestar.di import NamedDependency
 
 from handlers.support.openapi import errors, json_body
+from pheby import metrics
 from pheby.errors import NotFound, RateLimited
 from pheby.services import Services
 
@@ -34,6 +35,7 @@ async def answer_push_action(
     address = services.authenticator.client_address(request)
     limiter = services.push_action_limiter
     if await limiter.is_locked(address):
+        metrics.LOCKOUTS.labels(limiter.scope).inc()
         raise RateLimited(retry_after=await limiter.retry_after(address))
     try:
         await services.push.answer(data.token, data.action)

@@ -10,7 +10,7 @@ from pheby.errors import NotFound
 from pheby.services import Services
 
 
-@delete("/push/subscriptions/{subscription_id:str}", tags=["push"], status_code=204, responses=errors(404))
+@delete("/push/subscriptions/{subscription_id:str}", tags=["push"], status_code=204, responses=errors(400, 404))
 async def delete_push_subscription(
     current_user: NamedDependency[Principal], services: NamedDependency[Services], subscription_id: FromPath[str]
 ) -> None:

@@ -8,7 +8,7 @@ import contextlib
 import logging
 import ssl
 import urllib.request
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Final, Self, TypeVar
 
@@ -155,6 +155,7 @@ class HermesClient:
         connect_timeout: float = 5.0,
         request_timeout: float = 30.0,
         stream_read_timeout: float | None = 120.0,
+        on_outcome: Callable[[str], None] | None = None,
     ) -> None:
         """Create the client.
 
@@ -169,7 +170,10 @@ class HermesClient:
             request_timeout: seconds for any other phase of an ordinary request.
             stream_read_timeout: seconds of silence after which a run stream counts as dead. Hermes
                 sends a keepalive comment after 30 s of silence, so this must stay well above 30.
+            on_outcome: told how each request (not a run stream) ended: ``ok``, ``rejected`` (4xx),
+                ``failed`` (5xx) or ``unavailable`` (no answer); for metrics.
         """
+        self._on_outcome = on_outcome or _ignore
         timeout = httpx.Timeout(request_timeout, connect=connect_timeout)
         self._stream_timeout = httpx.Timeout(request_timeout, connect=connect_timeout, read=stream_read_timeout)
         self._gateway = httpx.AsyncClient(
@@ -233,15 +237,20 @@ class HermesClient:
         try:
             response = await http.request(method, path, json=json, params=params, headers=headers)
         except httpx.TimeoutException as exc:
+            self._on_outcome("unavailable")
             raise HermesUnavailable(f"Hermes did not answer in time ({type(exc).__name__})") from exc
         except httpx.TransportError as exc:
+            self._on_outcome("unavailable")
             raise HermesUnavailable(f"cannot reach Hermes ({type(exc).__name__})") from exc
         except AttributeError as exc:
             if not _reset_while_connecting(exc):
                 raise
+            self._on_outcome("unavailable")
             raise HermesUnavailable("cannot reach Hermes (the connection was reset)") from exc
         if not response.is_success:
+            self._on_outcome("failed" if response.status_code >= 500 else "rejected")
             raise error_from_response(response.status_code, response.content)
+        self._on_outcome("ok")
         return response
 
     # --- health -----------------------------------------------------------------------------------
@@ -548,3 +557,7 @@ class HermesClient:
         agent = (await self.get_config()).get("agent")
         effort = agent.get("reasoning_effort") if isinstance(agent, dict) else None
         return effort if isinstance(effort, str) and effort else None
+
+
+def _ignore(outcome: str) -> None:
+    """No one asked how requests end."""

@@ -1,6 +1,6 @@
 """pheby: the server's domain, below `handlers` (which it never imports).
 
-At the top: the basics every layer may import (`settings`, `errors`, `db`, `redact`), the
+At the top: the basics every layer may import (`settings`, `errors`, `db`, `redact`, `metrics`), the
 composition root (`services`), the cross-cutting services built from several packages (`auth`,
 `readiness`, `revocation`, `web_client`) and the entry points (`cli`, `server`, `startup_checks`).
 The subpackages, lowest first (each `__init__` states what it may import; `tests/test_layers.py`

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
+from pheby import metrics
 from pheby.auth import Authenticator
 from pheby.db import Database
 from pheby.errors import PhebyError
@@ -92,6 +93,12 @@ class Services:
             runs=self.runs,
             conversations=self.conversations,
             background=self.background,
+        )
+        metrics.watch(
+            connections=self.hub.connection_count,
+            sockets=self.hub.sockets,
+            owed_bytes=self.hub.owed_bytes,
+            runs_active=self.runs.active_count,
         )
         # Web Push: decisions and results reach an account none of whose clients is in the foreground.
         self.push = Push(settings, db, self.hub, self.runs)

@@ -119,6 +119,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     push_preview: Literal["text", "none"] = "text"
     # PHEBY_PUSH_DECISION_SECONDS: how long a pushed decision's notification and answer tokens live (≤ 15 min).
     push_decision_seconds: Annotated[float, msgspec.Meta(gt=0, le=900)] = 900.0
+    # PHEBY_METRICS_TOKEN: the bearer token `/metrics` (Prometheus) asks for; unset, the route is not served.
+    metrics_token: Annotated[str, msgspec.Meta(pattern=r"^(|\S{16,})$")] = ""
     # PHEBY_PUSH_TIMEOUT_SECONDS: one send to a push service, connect to answer.
     push_timeout_seconds: Annotated[float, msgspec.Meta(gt=0, le=60)] = 10.0
 
@@ -184,6 +186,7 @@ ENV_NAMES: dict[str, str] = {
     "push_preview": "PHEBY_PUSH_PREVIEW",
     "push_decision_seconds": "PHEBY_PUSH_DECISION_SECONDS",
     "push_timeout_seconds": "PHEBY_PUSH_TIMEOUT_SECONDS",
+    "metrics_token": "PHEBY_METRICS_TOKEN",
 }
 
 _LIST_SEPARATORS: dict[str, str] = {

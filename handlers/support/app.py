@@ -5,10 +5,12 @@ from contextlib import asynccontextmanager
 
 from litestar import Litestar, Router
 from litestar.datastructures import ResponseHeader
+from litestar.enums import ScopeType
 from litestar.middleware import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
+from litestar.plugins.prometheus import PrometheusConfig
 from litestar.routes import ASGIRoute, HTTPRoute, WebSocketRoute
 from litestar.types import ControllerRouterHandler
 
@@ -38,6 +40,7 @@ from handlers import (
     me,
     memory_get,
     memory_put,
+    metrics,
     push_actions,
     push_config,
     push_subscriptions_create,
@@ -151,12 +154,25 @@ def create_app(settings: Settings) -> Litestar:
             app.state.scheduler = scheduler
             yield
 
+    # Served only to a scraper holding the token, and only when one is set.
+    operator_routes: list[ControllerRouterHandler] = [metrics.metrics] if settings.metrics_token else []
     return Litestar(
-        route_handlers=[*PUBLIC_ROUTES, api_router()],
+        route_handlers=[*PUBLIC_ROUTES, *operator_routes, api_router()],
         dependencies=DEPENDENCIES,
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         request_class=PhebyRequest,
-        middleware=[DefineMiddleware(BodyIdleTimeout, seconds=settings.body_idle_timeout)],
+        middleware=[
+            DefineMiddleware(BodyIdleTimeout, seconds=settings.body_idle_timeout),
+            # HTTP requests by route template, method and status (`pheby_http_requests_total`, ...).
+            PrometheusConfig(
+                app_name="pheby",
+                prefix="pheby_http",
+                group_path=True,
+                exclude=["^/metrics$"],
+                exclude_unhandled_paths=True,  # a 404 for a made-up path is no route: its path is no label
+                scopes={ScopeType.HTTP},
+            ).middleware,
+        ],
         lifespan=[lifespan],
         openapi_config=OpenAPIConfig(
             title="Pheby server",

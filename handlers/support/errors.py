@@ -13,6 +13,7 @@ from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
+from pheby import metrics
 from pheby.errors import NotFound, PhebyError, RateLimited, StorageUnavailable, TooLarge
 from pheby.protocol.frames import ErrorBody
 from storage import BlobNotFound, BlobTooLarge, StorageError
@@ -56,6 +57,7 @@ def storage_failure(exc: StorageError, during: str) -> PhebyError:
     """What a client is told when the blob store raised (a missing blob is the attachment's 404), and
     the one warning line in the log; `during` says what was being done (for the log)."""
     log.warning("storage failed during %s: %s: %s", during, type(exc).__name__, exc)
+    metrics.STORAGE_ERRORS.inc()
     if isinstance(exc, BlobNotFound):  # a live row whose bytes are gone: the same answer as no row
         return NotFound("Attachment unavailable")
     if isinstance(exc, BlobTooLarge):

@@ -1,12 +1,27 @@
 """What the raw-body upload routes share: the declared `Content-Length`, checked before reading,
-header text sent as UTF-8, and the filename rule as the OpenAPI document states it."""
+header text sent as UTF-8, the filename rule as the OpenAPI document states it, and their metrics."""
 
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, Literal
 
 from litestar import Request
 from litestar.openapi.spec import OpenAPIType, Schema
 
+from pheby import metrics
 from pheby.errors import TooLarge, Unprocessable
+from pheby.store.attachments import Attachment
+
+
+async def counted(surface: Literal["pheby", "hope"], upload: Awaitable[Attachment]) -> Attachment:
+    """The upload's attachment, counted (`pheby_uploads_total`, `pheby_upload_bytes_total`) as stored or refused."""
+    try:
+        attachment = await upload
+    except BaseException:
+        metrics.UPLOADS.labels(surface, "refused").inc()
+        raise
+    metrics.UPLOADS.labels(surface, "stored").inc()
+    metrics.UPLOAD_BYTES.labels(surface).inc(attachment.size)
+    return attachment
 
 
 def declared_length(request: Request[Any, Any, Any]) -> int | None:

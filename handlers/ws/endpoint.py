@@ -16,8 +16,9 @@ from litestar.di import NamedDependency
 
 from handlers.ws.support.context import WsContext, error_for, rid
 from handlers.ws.support.frames import FrameError, decode, receive_frame
-from handlers.ws.support.handshake import CLOSE_POLICY_VIOLATION, handshake
+from handlers.ws.support.handshake import CLOSE_POLICY_VIOLATION, event_code, handshake
 from handlers.ws.support.registry import dispatch
+from pheby import metrics
 from pheby.errors import RateLimited
 from pheby.protocol.frames import Event, Ready, encode_event, error_event
 from pheby.protocol.hub import CLOSE_TRY_AGAIN_LATER, Connection
@@ -89,6 +90,7 @@ async def _serve(socket: WebSocket[Any, Any, Any], ctx: WsContext) -> None:
 
 
 async def _refuse(socket: WebSocket[Any, Any, Any], event: Event, code: int) -> None:
+    metrics.HELLOS_REFUSED.labels(event_code(event)).inc()
     try:
         await socket.send_text(encode_event(event).decode())
         await socket.close(code, "rate_limited")

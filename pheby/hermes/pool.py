@@ -10,6 +10,7 @@ memory controls only with a home configured for it.
 from pathlib import Path
 
 import hermes_client as hc
+from pheby import metrics
 from pheby.settings import Settings
 from pheby.store.accounts import Account
 
@@ -43,7 +44,13 @@ class HermesClients:
         client = self._clients.get(key)
         if client is None:
             url, api_key, dashboard_url, dashboard_token = key
-            client = hc.HermesClient(url, api_key, dashboard_url=dashboard_url, dashboard_token=dashboard_token)
+            client = hc.HermesClient(
+                url,
+                api_key,
+                dashboard_url=dashboard_url,
+                dashboard_token=dashboard_token,
+                on_outcome=metrics.hermes_request,
+            )
             self._clients[key] = client
         return client
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pheby.protocol.frames import Event, MessageComplete, MessageDelta, RunFinished
-from pheby.protocol.hub import Hub
+from pheby.protocol.hub import EVENT_ARRIVED, Hub
 
 Forward = Callable[[str, Event], None]
 DEFAULT_WINDOW_SECONDS = 0.1
@@ -35,6 +35,7 @@ class _Stream:
     pending: MessageDelta | None
     timer: asyncio.TimerHandle
     window_ends: float  # loop time
+    arrived: float | None = None  # when the pending delta's Hermes event arrived (`EVENT_ARRIVED`)
 
 
 class DeltaCoalescer:
@@ -96,6 +97,7 @@ class DeltaCoalescer:
         stream = self._streams.get(event.message_id)
         if stream is not None:
             stream.pending = event  # cumulative: the newest replaces the one waiting
+            stream.arrived = EVENT_ARRIVED.get()
             return
         self._forward(account_id, event)  # the first text of a window goes out at once
         stream = _Stream(account_id, event.conversation_id, None, *self._new_window(event.message_id))
@@ -126,7 +128,11 @@ class DeltaCoalescer:
         stream.timer.cancel()
         stream.timer, stream.window_ends = self._new_window(message_id, next_window_ends)
         if event is not None:
-            self._forward(stream.account_id, event)
+            arrived = EVENT_ARRIVED.set(stream.arrived)  # a held delta counts from its own event's arrival
+            try:
+                self._forward(stream.account_id, event)
+            finally:
+                EVENT_ARRIVED.reset(arrived)
 
     def _drop(self, message_id: str) -> None:
         stream = self._streams.pop(message_id, None)

@@ -12,10 +12,13 @@ expiry; none for the owner secret), so a revoked credential's sockets can be fou
 
 import asyncio
 import logging
+import time
 import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 
+from pheby import metrics
 from pheby.errors import RateLimited
 from pheby.protocol.frames import Event, encode_event, error_event
 
@@ -32,6 +35,9 @@ REVOKED_SEND_SECONDS = 2.0  # how long the `unauthorized` frame may take before 
 SendText = Callable[[str], Awaitable[None]]
 Close = Callable[[int, str], Awaitable[None]]
 Listener = Callable[[str, Event], None]
+# When the event being broadcast arrived (loop time, `time.monotonic`): a run's reader sets it for each batch it
+# read from Hermes; unset, an event arrives when it is broadcast. What `pheby_ws_event_to_frame_seconds` counts from.
+EVENT_ARRIVED: ContextVar[float | None] = ContextVar("event_arrived", default=None)
 
 
 def utf8_size(frame: str) -> int:
@@ -65,7 +71,7 @@ class Connection:
         self.judged_at = judged_at  # when its credential was checked (`pheby.auth.Principal.judged_at`)
         self._send_text = send_text
         self._close = close
-        self._queue: asyncio.Queue[tuple[str, int] | None] = asyncio.Queue(maxsize=max_frames)
+        self._queue: asyncio.Queue[tuple[str, int, float] | None] = asyncio.Queue(maxsize=max_frames)
         self._max_bytes = max_bytes
         self._owed_bytes = 0  # queued frames plus the one being written
         self._writer: asyncio.Task[None] | None = None
@@ -80,10 +86,11 @@ class Connection:
     def start(self) -> None:
         self._writer = asyncio.create_task(self._write_loop(), name=f"ws-writer-{self.id}")
 
-    def send_frame(self, frame: str, size: int | None = None) -> None:
+    def send_frame(self, frame: str, size: int | None = None, arrived: float | None = None) -> None:
         """Queue a frame; past the bound the client can't keep up, so it is dropped (1013).
 
-        One frame larger than the bound may still go out when nothing else is owed.
+        One frame larger than the bound may still go out when nothing else is owed. `arrived`: when its
+        event arrived (default: now).
         """
         if self.closed.is_set():
             return
@@ -92,7 +99,7 @@ class Connection:
             self._overflow("bytes owed past the bound")
             return
         try:
-            self._queue.put_nowait((frame, size))
+            self._queue.put_nowait((frame, size, time.monotonic() if arrived is None else arrived))
         except asyncio.QueueFull:
             self._overflow("send queue full")
             return
@@ -100,7 +107,12 @@ class Connection:
 
     def send(self, event: Event) -> None:
         encoded = encode_event(event)
+        metrics.frames_sent(event.__struct_config__.tag).inc()
         self.send_frame(encoded.decode(), len(encoded))
+
+    @property
+    def owed_bytes(self) -> int:
+        return self._owed_bytes
 
     def revoke(self, message: str) -> None:
         """The credential stopped working: an `unauthorized` error, then a 1008 close; queued frames are dropped."""
@@ -135,14 +147,16 @@ class Connection:
                 item = await self._queue.get()
                 if item is None or self.closed.is_set():
                     return
-                frame, size = item
+                frame, size, arrived = item
                 await self._send_text(frame)
                 self._owed_bytes -= size
+                metrics.EVENT_TO_FRAME.observe(time.monotonic() - arrived)
         except Exception:  # noqa: BLE001 - the socket went away; the reader loop sees the disconnect too
             self.closed.set()
 
     def _overflow(self, why: str) -> None:
         log.warning("closing slow WebSocket connection %s: %s", self.id, why)
+        metrics.BACKPRESSURE_CLOSES.inc()
         self._begin_close(CLOSE_TRY_AGAIN_LATER, "send queue overflow")
 
     def _begin_close(self, code: int, reason: str, last_frame: str | None = None) -> None:
@@ -211,9 +225,10 @@ class Hub:
         group = self._by_account.get(account_id)
         if group:
             encoded = encode_event(event)
-            frame, size = encoded.decode(), len(encoded)
+            frame, size, arrived = encoded.decode(), len(encoded), EVENT_ARRIVED.get()
             for connection in list(group):
-                connection.send_frame(frame, size)
+                connection.send_frame(frame, size, arrived)
+            metrics.frames_sent(event.__struct_config__.tag).inc(len(group))
         for listener in self._listeners:
             listener(account_id, event)
 
@@ -231,6 +246,17 @@ class Hub:
 
     def connections(self, account_id: str) -> int:
         return len(self._by_account.get(account_id, ()))
+
+    def sockets(self) -> int:
+        """Sockets open, said hello or not."""
+        return self._sockets
+
+    def connection_count(self) -> int:
+        return sum(len(group) for group in self._by_account.values())
+
+    def owed_bytes(self) -> int:
+        """What every connection owes its client, together."""
+        return sum(c.owed_bytes for group in self._by_account.values() for c in group)
 
     def of_account(self, account_id: str) -> list[Connection]:
         return list(self._by_account.get(account_id, ()))

@@ -13,6 +13,7 @@ import asyncio
 import logging
 from collections import Counter, deque
 
+from pheby import metrics
 from pheby.push.notices import Notice
 from pheby.push.sender import Outcome, PushSender, Result
 from pheby.push.subscriptions import PushSubscriptions, StoredSubscription, endpoint_origin
@@ -84,6 +85,10 @@ class PushDelivery:
                 task.cancel()
             await asyncio.gather(*self._sending, return_exceptions=True)
 
+    def _count(self, outcome: str) -> None:
+        self.outcomes[outcome] += 1
+        metrics.PUSH_SENDS.labels(outcome).inc()
+
     def _sent(self, task: asyncio.Task[None]) -> None:
         self._sending.discard(task)
         self._slots.release()
@@ -100,7 +105,7 @@ class PushDelivery:
         self._queued[notice.account_id] -= 1
         if not self._queued[notice.account_id]:
             del self._queued[notice.account_id]
-        self.outcomes["dropped"] += 1
+        self._count("dropped")
         dropped = self.outcomes["dropped"]
         if dropped & (dropped - 1) == 0:  # the 1st, 2nd, 4th, 8th ...: a flood does not flood the log
             log.warning("push queue full: %d pushes dropped so far, the oldest first", dropped)
@@ -116,13 +121,13 @@ class PushDelivery:
         outcome = Outcome(Result.RETRY)
         for attempt in range(self._tries):
             if attempt:
-                self.outcomes["retried"] += 1
+                self._count("retried")
                 delay = self._backoff * 2 ** (attempt - 1)
                 await asyncio.sleep(min(RETRY_AFTER_MAX, max(delay, outcome.retry_after or 0.0)))
             outcome = await self._sender.send(notice, subscription)
             if outcome.result is not Result.RETRY:
                 break
-        self.outcomes[outcome.result.value] += 1
+        self._count(outcome.result.value)
         if outcome.result is Result.GONE:
             await self._subscriptions.forget(subscription.id)
             log.info("push subscription %s removed: the push service no longer knows it", subscription.id)

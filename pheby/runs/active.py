@@ -1,6 +1,7 @@
 """One active run: its phase, translation state, pending decisions and plugin extras."""
 
 import asyncio
+import time
 import uuid
 from typing import NamedTuple
 
@@ -45,6 +46,7 @@ class ActiveRun:
         self.started = asyncio.Event()  # set once Hermes has made the run, or `release` ended the attempt
         # When the credential of the client that asked for it was checked: a revocation since ends the run.
         self.judged_at = 0.0
+        self.reserved_at = time.monotonic()
         self.cancel_requested = False
         self.read_now = ReadNow()  # set: the reader no longer waits for held-back text before a read
         self.reader: asyncio.Task[None] | None = None

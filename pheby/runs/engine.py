@@ -20,6 +20,7 @@ from typing import Protocol
 from msgspec import UNSET, UnsetType
 
 import hermes_client as hc
+from pheby import metrics
 from pheby.errors import (
     ApprovalNotFound,
     ClarifyNotFound,
@@ -33,7 +34,7 @@ from pheby.hermes.features import NO_RUN_OPTIONS, HermesFeatures, RunOptions
 from pheby.hermes.history_pages import HistoryPages
 from pheby.plugin.extras import NO_EXTRAS, PluginExtras
 from pheby.protocol import frames as ev
-from pheby.protocol.hub import Hub
+from pheby.protocol.hub import EVENT_ARRIVED, Hub
 from pheby.redact import sanitize_error
 from pheby.runs import translate as tr
 from pheby.runs.active import ActiveRun, AssistantTurn
@@ -147,6 +148,9 @@ class RunManager:
         self._readers: set[asyncio.Task[None]] = set()  # each run's reader, with its after-turn work
 
     # --- queries -------------------------------------------------------------------------
+
+    def active_count(self) -> int:
+        return len(self._by_conversation)
 
     def active(self, conversation_id: str) -> ActiveRun | None:
         return self._by_conversation.get(conversation_id)
@@ -410,6 +414,7 @@ class RunManager:
                 ) as batches:
                     async for batch in batches:
                         waiting_since[0] = None
+                        EVENT_ARRIVED.set(time.monotonic())  # what this batch's frames are timed from
                         for event in tr.joined_deltas(batch):
                             await self._perform_async(run, tr.translate(run.view, event))
                             if run.finished.is_set():
@@ -614,6 +619,8 @@ class RunManager:
         )
         self.release(run)
         self._transitions[run.conversation_id] += 1
+        metrics.RUNS_FINISHED.labels(status).inc()
+        metrics.RUN_SECONDS.observe(time.monotonic() - run.reserved_at)
         self._hub.broadcast(
             run.account.id,
             ev.RunFinished(

@@ -17,6 +17,7 @@ from typing import TypeVar
 import anyio
 import anyio.to_thread
 
+from pheby import metrics
 from pheby.db import Database
 from pheby.errors import RateLimited
 
@@ -30,7 +31,7 @@ class FailureLimiter:
         self, db: Database, scope: str, *, limit: int = 5, window: float = 60.0, clock: Callable[[], float] = time.time
     ) -> None:
         self._db = db
-        self._scope = scope
+        self.scope = scope
         self.limit = limit
         self.window = window
         self._clock = clock
@@ -61,7 +62,7 @@ class FailureLimiter:
         def q(conn: sqlite3.Connection) -> int:
             row = conn.execute(
                 "SELECT COUNT(*) FROM auth_failures WHERE scope = ? AND subject = ? AND at > ?",
-                (self._scope, subject, since),
+                (self.scope, subject, since),
             ).fetchone()
             return int(row[0])
 
@@ -76,7 +77,7 @@ class FailureLimiter:
             row = conn.execute(
                 "SELECT at FROM auth_failures WHERE scope = ? AND subject = ? AND at > ? "
                 "ORDER BY at DESC LIMIT 1 OFFSET ?",
-                (self._scope, subject, now - self.window, self.limit - 1),
+                (self.scope, subject, now - self.window, self.limit - 1),
             ).fetchone()
             return None if row is None else float(row[0])
 
@@ -88,8 +89,8 @@ class FailureLimiter:
 
         def q(conn: sqlite3.Connection) -> None:
             # Old rows are pruned on write so the table stays the size of one window.
-            conn.execute("DELETE FROM auth_failures WHERE scope = ? AND at <= ?", (self._scope, now - self.window))
-            conn.execute("INSERT INTO auth_failures (scope, subject, at) VALUES (?, ?, ?)", (self._scope, subject, now))
+            conn.execute("DELETE FROM auth_failures WHERE scope = ? AND at <= ?", (self.scope, now - self.window))
+            conn.execute("INSERT INTO auth_failures (scope, subject, at) VALUES (?, ?, ?)", (self.scope, subject, now))
 
         await self._db.transaction(q)
 
@@ -146,10 +147,12 @@ class LoginGuard:
             for limiter, subject in ((self.by_address, address), (self.by_username, username)):
                 retry_after = await limiter.retry_after(subject)
                 if retry_after is not None:
+                    metrics.LOCKOUTS.labels(limiter.scope).inc()
                     raise RateLimited("Too many failed logins; try again later", retry_after=retry_after)
             yield
 
     async def record_failure(self, address: str, username: str) -> None:
+        metrics.LOGIN_FAILURES.inc()
         await self.by_address.record_failure(address)
         await self.by_username.record_failure(username)
 

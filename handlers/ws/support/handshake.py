@@ -32,6 +32,7 @@ from handlers.ws.support.frames import (
     receive_frame_or_close,
 )
 from handlers.ws.support.messages import MAX_REQUEST_ID_CHARS
+from pheby import metrics
 from pheby.auth import Principal
 from pheby.protocol.frames import PROTOCOL_VERSION, Error, Event, encode_event, error_event
 from pheby.protocol.json_input import decode_json
@@ -136,10 +137,12 @@ async def _judge(raw: bytes | str, services: Services) -> Welcome | Error:
 
 
 def _locked_out(request_id: str | UnsetType) -> Error:
+    metrics.LOCKOUTS.labels("hello").inc()
     return error_event("rate_limited", "Too many failed attempts; try again later", request_id)
 
 
 async def _refuse(socket: WebSocket[Any, Any, Any], event: Event) -> None:
+    metrics.HELLOS_REFUSED.labels(event_code(event)).inc()
     try:
         await socket.send_text(encode_event(event).decode())
         await socket.close(CLOSE_POLICY_VIOLATION, event_code(event))

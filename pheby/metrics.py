@@ -1,0 +1,91 @@
+"""The server's Prometheus metrics, declared once, in the process's default registry.
+
+Every layer may count here (it is one of the basics). Labels are bounded sets: a protocol error code, a
+frame type, a run status, an outcome, a route template; never an id, a name, a path or a user's text.
+The values that are read when scraped (sockets open, bytes owed, runs going) come from the live
+objects `watch` is given. `/metrics` (`handlers/metrics.py`) serves them behind `PHEBY_METRICS_TOKEN`.
+HTTP requests are counted by route template by Litestar's Prometheus middleware (`pheby_http_*`).
+"""
+
+from collections.abc import Callable
+from functools import cache
+
+from prometheus_client import Counter, Gauge, Histogram
+
+# --- WebSockets ---------------------------------------------------------------------------------
+WS_CONNECTIONS = Gauge("pheby_ws_connections", "Authenticated WebSocket connections open")
+WS_SOCKETS = Gauge("pheby_ws_sockets", "WebSockets open, before or after hello")
+HELLOS_REFUSED = Counter(
+    "pheby_ws_hellos_refused_total", "WebSockets refused before or at hello, by error code", ["code"]
+)
+FRAMES_SENT = Counter("pheby_ws_frames_sent_total", "Frames queued to WebSocket clients, by type", ["type"])
+SEND_QUEUE_BYTES = Gauge("pheby_ws_send_queue_bytes", "Bytes owed to WebSocket clients, all connections together")
+BACKPRESSURE_CLOSES = Counter(
+    "pheby_ws_backpressure_closes_total", "WebSockets closed (1013) because their client did not read fast enough"
+)
+EVENT_TO_FRAME = Histogram(
+    "pheby_ws_event_to_frame_seconds",
+    "From an event's arrival (a run's: read from Hermes) to its frame written to a socket",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0),
+)
+
+# --- runs ---------------------------------------------------------------------------------------
+RUNS_ACTIVE = Gauge("pheby_runs_active", "Runs going now")
+RUNS_FINISHED = Counter("pheby_runs_finished_total", "Runs ended, by final status", ["status"])
+RUN_SECONDS = Histogram(
+    "pheby_run_duration_seconds",
+    "From run.accepted to run.finished",
+    buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600),
+)
+
+# --- Hermes -------------------------------------------------------------------------------------
+HERMES_REQUESTS = Counter(
+    "pheby_hermes_requests_total",
+    "Requests to Hermes gateways, by outcome: ok, rejected (4xx), failed (5xx), unavailable",
+    ["outcome"],
+)
+HERMES_REACHABLE = Gauge("pheby_hermes_reachable", "1 when the last request to a Hermes gateway reached it, else 0")
+
+# --- files and storage --------------------------------------------------------------------------
+UPLOAD_BYTES = Counter("pheby_upload_bytes_total", "Bytes of uploads stored, by surface: pheby, hope", ["surface"])
+UPLOADS = Counter("pheby_uploads_total", "Uploads by surface and outcome: stored, refused", ["surface", "outcome"])
+STORAGE_ERRORS = Counter("pheby_storage_errors_total", "Blob storage operations that failed")
+
+# --- guards -------------------------------------------------------------------------------------
+LOGIN_FAILURES = Counter("pheby_login_failures_total", "Failed password logins")
+LOCKOUTS = Counter(
+    "pheby_lockouts_total", "Attempts refused because their address or username is locked out, by scope", ["scope"]
+)
+
+# --- push ---------------------------------------------------------------------------------------
+PUSH_SENDS = Counter(
+    "pheby_push_sends_total",
+    "Web Push sends, by outcome: delivered, gone, retried, failed, refused, dropped",
+    ["outcome"],
+)
+
+
+@cache
+def frames_sent(frame_type: str) -> Counter:
+    """The counter of one frame type (frame types are the protocol's: a bounded set)."""
+    return FRAMES_SENT.labels(frame_type)
+
+
+def hermes_request(outcome: str) -> None:
+    """A request to Hermes ended so (`hermes_client.HermesClient`'s `on_outcome`)."""
+    HERMES_REQUESTS.labels(outcome).inc()
+    HERMES_REACHABLE.set(0 if outcome == "unavailable" else 1)
+
+
+def watch(
+    *,
+    connections: Callable[[], int],
+    sockets: Callable[[], int],
+    owed_bytes: Callable[[], int],
+    runs_active: Callable[[], int],
+) -> None:
+    """Read these when scraped (the newest server of the process: tests start several)."""
+    WS_CONNECTIONS.set_function(connections)
+    WS_SOCKETS.set_function(sockets)
+    SEND_QUEUE_BYTES.set_function(owed_bytes)
+    RUNS_ACTIVE.set_function(runs_active)
