@@ -3,6 +3,7 @@
 import { html, render, useEffect, useState } from "./lib/html.js";
 import { Store } from "./lib/store.js";
 import { Client } from "./lib/client.js";
+import { registerServiceWorker } from "./lib/push.js";
 import { SignIn } from "./views/signin.js";
 import { Sidebar } from "./views/sidebar.js";
 import { ChatView } from "./views/chat.js";
@@ -61,9 +62,11 @@ function App() {
   </div>`;
 }
 
+registerServiceWorker();
 client.resume();
 // Deletions are not broadcast to other tabs: read the list again whenever the person comes back.
 window.addEventListener("focus", () => client.store.state.status === "open" && client.refreshList());
+document.addEventListener("visibilitychange", () => client.sendPresence());
 render(html`<${App} />`, document.getElementById("app"));
 // For people reading the protocol in the console (and for the tests): the live objects.
 window.pheby = { store, client };

@@ -1,6 +1,8 @@
-// The conversation list: newest activity first, with create, rename and delete.
+// The conversation list: newest activity first, with create, rename and delete; below it this
+// browser's notifications switch, the workspace and sign-out.
 import { html, useState } from "../lib/html.js";
 import { PencilIcon, TrashIcon } from "./icons.js";
+import { NotificationsSwitch } from "./settings.js";
 
 export function relativeTime(iso) {
   if (!iso) return "";
@@ -55,6 +57,7 @@ export function Sidebar({ client, state, onWorkspace, open, onPick }) {
         current=${c.conversation_id === state.currentId} onPick=${onPick} />`)}
       ${state.conversations.length === 0 && html`<li class="muted empty">No conversations yet.</li>`}
     </ul>
+    <div class="sidebar-settings"><${NotificationsSwitch} /></div>
     <div class="sidebar-foot">
       <button onClick=${onWorkspace}>Workspace</button>
       <button onClick=${() => client.signOut()}>Sign out</button>
