@@ -46,8 +46,10 @@ function ConversationItem({ client, conversation, current, onPick }) {
   </li>`;
 }
 
-export function Sidebar({ client, state, onWorkspace, open, onPick }) {
-  return html`<nav class=${`sidebar${open ? " open" : ""}`} aria-label="Conversations">
+// `hidden`: off screen (the phone layout's closed drawer), so out of reach of the keyboard and of
+// assistive technology as well as of the eye.
+export function Sidebar({ client, state, onWorkspace, workspaceOpen, open, hidden, onPick, navRef, workspaceButtonRef }) {
+  return html`<nav class=${`sidebar${open ? " open" : ""}`} aria-label="Conversations" inert=${hidden} ref=${navRef}>
     <div class="sidebar-head">
       <div class="brand"><span class="logo" aria-hidden="true">P</span><span>Pheby</span></div>
       <button class="primary" onClick=${() => { client.create(); onPick(); }}>New chat</button>
@@ -59,7 +61,7 @@ export function Sidebar({ client, state, onWorkspace, open, onPick }) {
     </ul>
     <div class="sidebar-settings"><${NotificationsSwitch} /></div>
     <div class="sidebar-foot">
-      <button onClick=${onWorkspace}>Workspace</button>
+      <button ref=${workspaceButtonRef} aria-expanded=${workspaceOpen} onClick=${onWorkspace}>Workspace</button>
       <button onClick=${() => client.signOut()}>Sign out</button>
     </div>
   </nav>`;
