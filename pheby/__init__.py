@@ -11,5 +11,6 @@ holds them to it):
 - `store/`: the SQL stores (accounts, conversations, artifacts, attachments, the change feed, ...);
 - `hermes/`: the server's use of Hermes (client pool, features, history, memory, tasks, model choice);
 - `runs/`: the run engine;
-- `plugin/`: the companion Hermes plugin's server side (extras, link, pushes, overrides, installer).
+- `plugin/`: the companion Hermes plugin's server side (extras, link, pushes, overrides, installer);
+- `push/`: Web Push (VAPID, subscriptions, when to push, answer tokens, delivery).
 """

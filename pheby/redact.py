@@ -59,6 +59,12 @@ def sanitize_error(text: str) -> str:
     none of that may reach a chat client. URLs, hosts and addresses, paths and anything key-like are
     replaced by a placeholder, whitespace is collapsed and the length bounded.
     """
+    return scrub(text, ERROR_TEXT_MAX)
+
+
+def scrub(text: str, max_chars: int) -> str:
+    """`text` with URLs, hosts and addresses, paths and anything key-like replaced by a placeholder,
+    whitespace collapsed, at most `max_chars` long: text fit to leave the server (errors, push previews)."""
     text = _URL.sub("<url>", text)
     text = _BEARER.sub(lambda m: f"{m.group(1)} <redacted>", text)
     text = _ASSIGNED_SECRET.sub(lambda m: f"{m.group(1)}{m.group(2)}<redacted>", text)
@@ -71,6 +77,6 @@ def sanitize_error(text: str) -> str:
     text = _HOSTNAME.sub("<host>", text)
     text = _LONG_TOKEN.sub("<redacted>", text)
     text = " ".join(text.split())
-    if len(text) > ERROR_TEXT_MAX:
-        text = text[: ERROR_TEXT_MAX - 1] + "…"
+    if len(text) > max_chars:
+        text = text[: max_chars - 1] + "…"
     return text

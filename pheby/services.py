@@ -19,6 +19,7 @@ from pheby.plugin.conversation_settings import ConversationSettings
 from pheby.plugin.link import PluginLink
 from pheby.plugin.pushes import PluginEvents
 from pheby.protocol.coalesce import CoalescingHub
+from pheby.push.service import Push
 from pheby.revocation import Revocations
 from pheby.runs import AssistantTurn, RunManager
 from pheby.settings import Settings
@@ -48,6 +49,7 @@ class Services:
         self.hermes = hermes
         self.login_guard = LoginGuard(db)
         self.hello_limiter = FailureLimiter(db, "hello")
+        self.push_action_limiter = FailureLimiter(db, "push_action", limit=10)  # answers with a wrong token
         self.sockets_before_hello = AddressSlots(limit=8)
         self.hub = CoalescingHub(
             max_sockets=settings.ws_max_connections, delta_window_seconds=settings.ws_delta_window_ms / 1000
@@ -91,6 +93,8 @@ class Services:
             conversations=self.conversations,
             background=self.background,
         )
+        # Web Push: decisions and results reach an account none of whose clients is in the foreground.
+        self.push = Push(settings, db, self.hub, self.runs)
         self.plugin_events = PluginEvents(
             link=self.plugin_link,
             runs=self.runs,
@@ -101,6 +105,7 @@ class Services:
             hermes=hermes,
             attachments=self.attachments,
             background=self.background,
+            delivered=self.push.delivered,
         )
 
     async def _deliver_media(self, turn: AssistantTurn, paths: list[str]) -> None:
@@ -177,11 +182,13 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
             blobs=blobs,
             hermes=hermes,
         )
+        stack.push_async_callback(services.push.aclose)
         stack.push_async_callback(services.plugin_link.aclose)
         stack.push_async_callback(services.hermes_features.aclose)
         stack.push_async_callback(services.stop_background)
         stack.push_async_callback(services.runs.shutdown)
         services.background(asyncio.create_task(services.revocations.watch(), name="revocations"))
+        services.background(asyncio.create_task(services.push.run(), name="push-delivery"))
         # Not awaited: a slow or absent Hermes must not hold up start-up (each read is bounded, and retried).
         services.background(asyncio.create_task(services.hermes_features.watch(), name="hermes-features"))
         if services.plugin_link.configured:

@@ -104,6 +104,23 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     plugin_clarify_timeout: Annotated[float, msgspec.Meta(gt=0, le=86400)] = 120.0
     # PHEBY_PLUGIN_HANDSHAKE_SECONDS: how often the server checks that the plugin is there (and Hermes restarted).
     plugin_handshake_seconds: Annotated[float, msgspec.Meta(gt=0)] = 30.0
+    # Web Push (`pheby.push`). PHEBY_VAPID_PRIVATE_KEY: the server's VAPID key (PEM, or the base64url
+    # 32-byte scalar); default: generated into the data dir (0600) at first start.
+    vapid_private_key: str = ""
+    # PHEBY_VAPID_SUBJECT: the contact a push service may write to about this server (mailto: or https:);
+    # default: PHEBY_PUBLIC_URL when it is https (`pheby.push.vapid.subject_of`).
+    vapid_subject: Annotated[str, msgspec.Meta(pattern=r"^(mailto:[^\s@]+@[^\s@]+|https://\S+)?$")] = ""
+    # PHEBY_PUSH_ALLOW_HOSTS: comma-separated push service hosts (names or addresses) let through the
+    # internal-address refusal, `http` included: a test's or a private push service.
+    push_allow_hosts: tuple[str, ...] = ()
+    # PHEBY_PUSH_RUN_SECONDS: a run this long or longer pushes `run_finished` when it ends.
+    push_run_seconds: Annotated[float, msgspec.Meta(ge=0)] = 30.0
+    # PHEBY_PUSH_PREVIEW: `text` shows what the agent asks or says; `none` sends no conversation text.
+    push_preview: Literal["text", "none"] = "text"
+    # PHEBY_PUSH_DECISION_SECONDS: how long a pushed decision's notification and answer tokens live (≤ 15 min).
+    push_decision_seconds: Annotated[float, msgspec.Meta(gt=0, le=900)] = 900.0
+    # PHEBY_PUSH_TIMEOUT_SECONDS: one send to a push service, connect to answer.
+    push_timeout_seconds: Annotated[float, msgspec.Meta(gt=0, le=60)] = 10.0
 
     @property
     def database_path(self) -> Path:
@@ -160,6 +177,13 @@ ENV_NAMES: dict[str, str] = {
     **{setting_name(extra): env_name(extra) for extra in EXTRAS},  # read into `plugin_extras`
     "plugin_clarify_timeout": "PHEBY_PLUGIN_CLARIFY_TIMEOUT",
     "plugin_handshake_seconds": "PHEBY_PLUGIN_HANDSHAKE_SECONDS",
+    "vapid_private_key": "PHEBY_VAPID_PRIVATE_KEY",
+    "vapid_subject": "PHEBY_VAPID_SUBJECT",
+    "push_allow_hosts": "PHEBY_PUSH_ALLOW_HOSTS",
+    "push_run_seconds": "PHEBY_PUSH_RUN_SECONDS",
+    "push_preview": "PHEBY_PUSH_PREVIEW",
+    "push_decision_seconds": "PHEBY_PUSH_DECISION_SECONDS",
+    "push_timeout_seconds": "PHEBY_PUSH_TIMEOUT_SECONDS",
 }
 
 _LIST_SEPARATORS: dict[str, str] = {
@@ -168,6 +192,7 @@ _LIST_SEPARATORS: dict[str, str] = {
     "trusted_proxies": ",",
     "vision_models": ",",
     "plugin_peers": ",",
+    "push_allow_hosts": ",",
 }
 
 # Each extra's switch as a flat boolean (`plugin_history`), as the variables and flags name them.

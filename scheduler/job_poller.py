@@ -70,6 +70,14 @@ async def _deliver(
         return False
     name = (session.title or "").split(" · ")[0].strip() or f"Scheduled task {job_id}"
     await file_cron_output(
-        services.conversations, services.hub, services.runs, account, job_id, session.id, name, replies[-1]
+        services.conversations,
+        services.hub,
+        services.runs,
+        account,
+        job_id,
+        session.id,
+        name,
+        replies[-1],
+        services.push.delivered,
     )
     return True

@@ -9,6 +9,7 @@ import anyio
 import pytest
 
 from handlers.support.app import create_app
+from pheby.push.endpoints import Resolver, SystemResolver
 from pheby.settings import Settings, load_settings
 from scheduler.blob_sweep import sweep_blobs
 from tests.app_client import BASE, Api
@@ -20,9 +21,30 @@ pytest_plugins: list[str] = [
     "tests.s3_server",
     "tests.browser",
     "tests.tcp_proxy",
+    "tests.push_service",
 ]
 
 TEST_SECRET = "test-owner-secret-0123456789abcdef"
+
+
+# What tests resolve push endpoint hosts to (a test may add a name); every other name is unknown.
+TEST_NAMES: dict[str, list[str]] = {"localhost": ["127.0.0.1", "::1"]}
+
+
+class LoopbackResolver(Resolver):
+    """Tests ask no DNS server: a push endpoint's host is one of `TEST_NAMES`, or does not resolve."""
+
+    async def resolve(self, host: str, port: int) -> list[str]:
+        addresses = TEST_NAMES.get(host)
+        if addresses is None:
+            raise OSError(f"{host} is not a name the tests know")
+        return list(addresses)
+
+
+@pytest.fixture(autouse=True)
+def no_dns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Servers run in the test process resolve push endpoints with `LoopbackResolver`."""
+    monkeypatch.setattr(SystemResolver, "resolve", LoopbackResolver.resolve)
 
 
 @pytest.fixture

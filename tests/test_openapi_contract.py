@@ -53,6 +53,13 @@ include-path-regex = "^/api/attachments$"
 include-method = "POST"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "409", "422", "429"]
 
+[[operations]]
+# A push subscription's keys must be a point on P-256 and a 16-byte secret, and its endpoint an https URL
+# on a public host (tests resolve no names but localhost: `tests/conftest.py`): 400 otherwise.
+include-path-regex = "^/api/push/subscriptions$"
+include-method = "POST"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "409", "429"]
+
 """
 # The conversation of a Pheby upload must exist (the spec answers an unknown one with 400): the run
 # uploads into one the test made, and generates the filename and the bytes.

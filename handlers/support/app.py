@@ -38,6 +38,11 @@ from handlers import (
     me,
     memory_get,
     memory_put,
+    push_actions,
+    push_config,
+    push_subscriptions_create,
+    push_subscriptions_delete,
+    push_subscriptions_list,
     readyz,
     research,
     tasks_create,
@@ -67,6 +72,7 @@ PUBLIC_ROUTES: list[ControllerRouterHandler] = [
     health.healthz,
     readyz.readyz,
     auth_login.login,  # the way to get a credential
+    push_actions.answer_push_action,  # the answer token is the credential
     pheby_socket,  # authenticates with its hello message
     attachments_upload.upload_attachment,  # Bearer, ApiKey or X-Pheby-Secret
     attachments_download.download_attachment,
@@ -107,6 +113,10 @@ API_ROUTES: list[ControllerRouterHandler] = [
     tasks_run.run_task,
     memory_get.get_memory,
     memory_put.put_memory,
+    push_config.push_config,
+    push_subscriptions_create.create_push_subscription,
+    push_subscriptions_list.list_push_subscriptions,
+    push_subscriptions_delete.delete_push_subscription,
 ]
 
 ROUTES: list[ControllerRouterHandler] = [*PUBLIC_ROUTES, *API_ROUTES]

@@ -21,7 +21,7 @@ from pheby.plugin.link import PluginLink
 from pheby.protocol.frames import ToolStatus
 from pheby.protocol.hub import Hub
 from pheby.runs import RunManager
-from pheby.runs.cron_delivery import file_cron_output, worth_delivering
+from pheby.runs.cron_delivery import Delivered, file_cron_output, worth_delivering
 from pheby.runs.plugin_inputs import (
     PluginClarifyAsked,
     PluginClarifyExpired,
@@ -130,8 +130,10 @@ class PluginEvents:
         hermes: HermesClients,
         attachments: Attachments,
         background: BackgroundTasks,
+        delivered: Delivered,
     ) -> None:
         self._link = link
+        self._delivered = delivered
         self._background = background
         self._runs = runs
         self._conversations = conversations
@@ -202,7 +204,15 @@ class PluginEvents:
         name = await self._job_name(account, push.job_id)
         # Filed in the background: storing its MEDIA: files may take longer than the plugin waits for an answer.
         filing = file_cron_output(
-            self._conversations, self._hub, self._runs, account, push.job_id, push.session_id, name, push.text
+            self._conversations,
+            self._hub,
+            self._runs,
+            account,
+            push.job_id,
+            push.session_id,
+            name,
+            push.text,
+            self._delivered,
         )
         task = asyncio.create_task(_logged(filing, push.session_id), name=f"cron-{push.session_id}")
         self._background(task, finish_at_shutdown=True)  # the session is marked seen: polling won't redo it

@@ -299,6 +299,21 @@ class ReasoningChanged(Event, frozen=True, tag="reasoning.changed"):
     conversation_id: str | UnsetType = UNSET
 
 
+# --- push and presence (extensions of protocol v1, docs/protocol-extensions.md) --------------
+
+
+class PushSubscribed(Event, frozen=True, tag="push.subscribed"):
+    subscription: Any  # `pheby.push.subscriptions.Subscription`
+
+
+class PushUnsubscribed(Event, frozen=True, tag="push.unsubscribed"):
+    subscription_id: str
+
+
+class PresenceState(Event, frozen=True, tag="presence.state"):
+    state: Literal["foreground", "background"]
+
+
 # --- attachments -----------------------------------------------------------------------------
 
 

@@ -31,6 +31,7 @@ REVOKED_SEND_SECONDS = 2.0  # how long the `unauthorized` frame may take before 
 
 SendText = Callable[[str], Awaitable[None]]
 Close = Callable[[int, str], Awaitable[None]]
+Listener = Callable[[str, Event], None]
 
 
 def utf8_size(frame: str) -> int:
@@ -70,6 +71,9 @@ class Connection:
         self.closed = asyncio.Event()
         # Set once the credential is revoked: the socket's messages are no longer handled.
         self.revoked = False
+        # Whether the client is in front of its user: from hello on, until it says otherwise
+        # (`presence.set`); an account with none in the foreground is reached by Web Push.
+        self.foreground = True
 
     def start(self) -> None:
         self._writer = asyncio.create_task(self._write_loop(), name=f"ws-writer-{self.id}")
@@ -168,6 +172,7 @@ class Hub:
         self._max_sockets = max_sockets
         self._max_per_account = max_per_account
         self._sockets = 0
+        self._listeners: list[Listener] = []
 
     def claim_socket(self) -> bool:
         """Count a new socket in; False (and not counted) when the server already holds its cap."""
@@ -194,15 +199,25 @@ class Hub:
             if not group:
                 del self._by_account[connection.account_id]
 
+    def listen(self, listener: Listener) -> None:
+        """Have `listener(account_id, event)` see every event broadcast (connected clients or not), after
+        it is queued; it must not block (`pheby.push` queues its notices)."""
+        self._listeners.append(listener)
+
     def broadcast(self, account_id: str, event: Event) -> None:
         """Send `event` to every connection of `account_id` and to no one else."""
         group = self._by_account.get(account_id)
-        if not group:
-            return
-        encoded = encode_event(event)
-        frame, size = encoded.decode(), len(encoded)
-        for connection in list(group):
-            connection.send_frame(frame, size)
+        if group:
+            encoded = encode_event(event)
+            frame, size = encoded.decode(), len(encoded)
+            for connection in list(group):
+                connection.send_frame(frame, size)
+        for listener in self._listeners:
+            listener(account_id, event)
+
+    def in_foreground(self, account_id: str) -> bool:
+        """Whether any connection of the account is in front of its user."""
+        return any(c.foreground and not c.closed.is_set() for c in self._by_account.get(account_id, ()))
 
     def delta_held_for(self, message_id: str) -> float:
         """Seconds a `message.delta` of the message broadcast now would be held back before it reaches

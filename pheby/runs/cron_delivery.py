@@ -5,6 +5,8 @@ and the companion plugin, which pushes the output the moment the run finishes. E
 is delivered once per account (`Conversations.mark_cron_session_seen`), so both may run.
 """
 
+from collections.abc import Callable
+
 from pheby.protocol.frames import ConversationUpdated
 from pheby.protocol.hub import Hub
 from pheby.runs import RunManager
@@ -12,6 +14,8 @@ from pheby.store.accounts import Account
 from pheby.store.conversations import Conversations
 
 SILENT = "[SILENT]"
+# Told of each output filed: (account_id, conversation_id, run_id, task name, text); `pheby.push` is.
+Delivered = Callable[[str, str, str, str, str], None]
 
 
 def worth_delivering(text: str) -> bool:
@@ -28,11 +32,14 @@ async def file_cron_output(
     session_id: str,
     name: str,
     text: str,
+    delivered: Delivered,
 ) -> None:
-    """File the session under the task's conversation (created on its first output) and push the turn."""
+    """File the session under the task's conversation (created on its first output), push the turn to the
+    account's clients and tell `delivered`."""
     conversation, created = await conversations.task_conversation(account.id, job_id, name)
     await conversations.add_session(conversation.id, session_id)
     await conversations.touch(conversation.id)
     if created:
         hub.broadcast(account.id, ConversationUpdated(conversation_id=conversation.id, name=conversation.name))
-    await runs.push_unsolicited(account.id, conversation.id, text)
+    run_id = await runs.push_unsolicited(account.id, conversation.id, text)
+    delivered(account.id, conversation.id, run_id, conversation.name, text)

@@ -23,6 +23,9 @@ from handlers.ws import (
     models_current,
     models_list,
     ping,
+    presence_set,
+    push_subscribe,
+    push_unsubscribe,
     reasoning_current,
     reasoning_set,
     run_cancel,
@@ -55,6 +58,9 @@ HANDLERS: dict[type[ClientMessage], Handler] = {
     model_set.ModelSet: model_set.handle,
     reasoning_current.ReasoningCurrent: reasoning_current.handle,
     reasoning_set.ReasoningSet: reasoning_set.handle,
+    presence_set.PresenceSet: presence_set.handle,
+    push_subscribe.PushSubscribe: push_subscribe.handle,
+    push_unsubscribe.PushUnsubscribe: push_unsubscribe.handle,
 }
 
 DECODER: msgspec.json.Decoder[Any] = msgspec.json.Decoder(Union[tuple(HANDLERS)])  # noqa: UP007
