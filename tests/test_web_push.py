@@ -1,28 +1,30 @@
 """Web Push in Pheby Web, in a real headless Chromium against a live server on the demo Hermes: the
 manifest and the service worker under the page's CSP, installability, a push shown and dismissed
 through the DevTools protocol, the worker answering a notification's button, the notifications
-switch, the conversation a notification opens, and presence.
+switch, the whole path from a decision to its answer from the notification, the conversation a
+notification opens, and presence.
 
-Headless Chromium can reach no push service: `PushManager` is replaced by an init script, and pushes
-are handed to the worker by `ServiceWorker.deliverPushMessage`. The server's `/api/push/` routes are
-answered by stand-ins (`PushApi`) until the server has them; from then on the page's requests go to
-the server and its answers are what the tests see.
+Headless Chromium can reach no push service. Its `PushManager` is replaced by an init script that
+hands out a subscription of the loopback push service (`tests/push_service.py`), which checks and
+decrypts what the server sends to it, as a browser's push service and the browser would; what it
+received is handed to the page's service worker by `ServiceWorker.deliverPushMessage`.
 """
 
 import base64
 import json
 import re
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from litestar import Litestar
-from playwright.sync_api import Browser, BrowserContext, CDPSession, Page, Request, Route, WebSocket, expect
+from playwright.sync_api import Browser, CDPSession, Page, Request, Route, WebSocket, expect
 
+from pheby.push.vapid import subject_of
+from pheby.settings import Settings
 from pheby.web_client import WEB_ROOT
 from tests.browser import (
     CHROMIUM,
@@ -36,29 +38,22 @@ from tests.browser import (
     wait_until,
 )
 from tests.live_server import LiveServer
+from tests.push_service import BrowserSubscription, PushService
 
 pytestmark = [pytest.mark.live, pytest.mark.xdist_group("browser")]
 
-# Valid P-256 public keys (uncompressed points) and an auth secret, made once for these tests.
-VAPID_PUBLIC_KEY = "BPP23MfTXnjPBNzkuubbydwkw0316BNTey8D220qltHVy3Ny3fFRcaAb8-ZFcXc_f89WqcYVeO3t5q6bFr-k8ZY"
-SUBSCRIPTION = {
-    "endpoint": "https://push.example.test/send/pheby-web-test",
-    "keys": {
-        "p256dh": "BKVkcTkiU5HRhmopsDbfKCDU3HcA-o1o_zgpLIQNvJgsc21ssK1HiwCr7zwC7riesAcgSbatSOX6k77hGk-BX_E",
-        "auth": "WpuV3QORF-0sDRj2tkuifg",
-    },
-}
 PUSH_SUBSCRIPTION_KEY = "pheby.push-subscription"  # web/lib/push.js
 
-# The browser's push subscription, made up: `subscribe` records what it was asked and resolves with
-# a subscription whose toJSON() is SUBSCRIPTION. It is kept in localStorage, as a browser keeps its own.
+# The browser's push subscription, made by the loopback push service: `subscribe` records what it
+# was asked and resolves with a subscription whose toJSON() is that one's. It is kept in
+# localStorage, as a browser keeps its own.
 FAKE_PUSH_MANAGER = """(() => {
   const KEY = "test.push-subscription";
-  const made = MADE_UP_SUBSCRIPTION;
+  const made = SUBSCRIPTION_JSON;
   const subscription = {
     endpoint: made.endpoint,
     expirationTime: null,
-    toJSON: () => ({ endpoint: made.endpoint, expirationTime: null, keys: made.keys }),
+    toJSON: () => made,
     unsubscribe: async () => {
       localStorage.removeItem(KEY);
       localStorage.setItem("test.unsubscribed", String(Number(localStorage.getItem("test.unsubscribed") || 0) + 1));
@@ -74,7 +69,7 @@ FAKE_PUSH_MANAGER = """(() => {
   PushManager.prototype.getSubscription = async function () {
     return localStorage.getItem(KEY) ? subscription : null;
   };
-})();""".replace("MADE_UP_SUBSCRIPTION", json.dumps(SUBSCRIPTION))
+})();"""
 
 
 def approval_push(conversation_id: str = "c-push", tag: str = "approval-a1") -> dict[str, Any]:
@@ -93,12 +88,6 @@ def approval_push(conversation_id: str = "c-push", tag: str = "approval-a1") -> 
     }
 
 
-def server_has_push_routes(live: LiveServer) -> bool:
-    app = live.server.config.app
-    assert isinstance(app, Litestar)
-    return any(route.path == "/api/push/subscriptions" for route in app.routes)
-
-
 @dataclass
 class Seen:
     method: str
@@ -109,56 +98,23 @@ class Seen:
     status: int
 
 
-class PushApi:
-    """The requests to `/api/push/` of one browser context, the service worker's included, in order.
+class PushRequests:
+    """The requests of one page's context to `/api/push/`, the service worker's included, in order,
+    each with the server's answer."""
 
-    With `stand_in` (the default while the server has no push routes) each is answered here as the
-    server will answer it; without, each goes on to the server and its answer comes back.
-    """
-
-    STAND_IN_ID = "push-sub-1"
-
-    def __init__(self, context: BrowserContext, live: LiveServer, stand_in: bool | None = None) -> None:
-        self.stand_in = not server_has_push_routes(live) if stand_in is None else stand_in
+    def __init__(self, page: Page) -> None:
         self.seen: list[Seen] = []
-        self.actions_status = 200
-        context.route(re.compile(r"/api/push/"), self._handle)
+        page.context.route(re.compile(r"/api/push/"), self._pass_on)
 
-    def _handle(self, route: Route, request: Request) -> None:
-        path = request.url.split("://", 1)[1].split("/", 1)[1].split("?", 1)[0]
+    def _pass_on(self, route: Route, request: Request) -> None:
+        response = route.fetch()
+        route.fulfill(response=response)
+        path = "/" + request.url.split("://", 1)[1].split("/", 1)[1].split("?", 1)[0]
         body = request.post_data_json if request.post_data else None
-        if self.stand_in:
-            status, answer = self._stand_in(request.method, "/" + path)
-            if answer is None:
-                route.fulfill(status=status)
-            else:
-                route.fulfill(status=status, json=answer)
-        else:
-            response = route.fetch()
-            status = response.status
-            route.fulfill(response=response)
-        self.seen.append(
-            Seen(request.method, "/" + path, request.headers, body, request.service_worker is not None, status)
-        )
+        from_worker = request.service_worker is not None
+        self.seen.append(Seen(request.method, path, request.headers, body, from_worker, response.status))
 
-    def _stand_in(self, method: str, path: str) -> tuple[int, Any]:
-        if (method, path) == ("GET", "/api/push/config"):
-            return 200, {"vapid_public_key": VAPID_PUBLIC_KEY, "events": ["approval", "clarify", "run.finished"]}
-        if (method, path) == ("POST", "/api/push/subscriptions"):
-            subscription = {
-                "id": self.STAND_IN_ID,
-                "endpoint_origin": "https://push.example.test",
-                "events": ["approval", "clarify", "run.finished"],
-                "created_at": "2026-12-01T12:00:00Z",
-            }
-            return 201, {"subscription": subscription}
-        if method == "DELETE" and path.startswith("/api/push/subscriptions/"):
-            return 204, None
-        if (method, path) == ("POST", "/api/push/actions"):
-            return self.actions_status, {"ok": True} if self.actions_status == 200 else {"error": {"code": "not_found"}}
-        return 404, {"error": {"code": "not_found", "message": "No such route"}}
-
-    def requests_to(self, method: str, path: str) -> list[Seen]:
+    def to(self, method: str, path: str) -> list[Seen]:
         return [seen for seen in self.seen if seen.method == method and seen.path.startswith(path)]
 
 
@@ -173,6 +129,49 @@ def web(browser: Browser, live_server: LiveServer) -> Iterator[WebPage]:
     page = open_page(browser, live_server, permissions=["notifications"])
     yield page
     page.page.context.close()
+
+
+@pytest.fixture
+def push_server(
+    start_live_server: Callable[[Settings], LiveServer],
+    live_settings: Callable[..., Settings],
+    push_service: PushService,
+) -> LiveServer:
+    """A live server whose pushes may go to the loopback push service, which checks its VAPID key."""
+    server = start_live_server(live_settings(push_allow_hosts=("127.0.0.1",)))
+    push_service.expect_vapid(server.services.push.identity.public_key, subject_of(server.settings))
+    return server
+
+
+@dataclass
+class Pushable:
+    """A page whose browser subscribes at the loopback push service, and what it asks of `/api/push/`."""
+
+    web: WebPage
+    subscription: BrowserSubscription
+    requests: PushRequests
+
+
+@pytest.fixture
+def pushable(browser: Browser, push_server: LiveServer, push_service: PushService) -> Iterator[Pushable]:
+    web = open_page(browser, push_server, permissions=["notifications"])
+    subscription = push_service.subscribe()
+    web.page.context.add_init_script(FAKE_PUSH_MANAGER.replace("SUBSCRIPTION_JSON", json.dumps(subscription.to_json())))
+    yield Pushable(web, subscription, PushRequests(web.page))
+    web.page.context.close()
+
+
+def api_get(live: LiveServer, path: str) -> Any:
+    response = httpx.get(live.base_url + path, headers={"Authorization": f"Bearer {live.secret}"})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def turn_notifications_on(web: WebPage) -> None:
+    switch = web.page.get_by_role("switch", name="Notifications")
+    switch.click()
+    expect(switch).to_be_checked()
+    expect(switch).to_be_enabled()
 
 
 def wait_for_controller(page: Page) -> None:
@@ -342,43 +341,33 @@ def test_a_push_shows_its_notification_and_a_dismiss_closes_it(web: WebPage, liv
     web.assert_no_console_errors()
 
 
-def test_a_button_is_answered_with_its_token_by_the_worker_without_opening_a_page(
-    web: WebPage, live_server: LiveServer
-) -> None:
-    # A made-up token: the server's route would refuse it (only the server mints tokens), so this
-    # test's answer is always the stand-in's.
-    api = PushApi(web.page.context, live_server, stand_in=True)
+# What the worker does on a click of one of a notification's buttons.
+CLICK = """async ([tag, action]) => {
+  const [notification] = await self.registration.getNotifications({ tag });
+  await handleClick(notification, action);
+}"""
+
+
+def test_a_refused_answer_is_said_in_a_notification_of_its_own(web: WebPage, live_server: LiveServer) -> None:
+    requests = PushRequests(web.page)
     web.sign_in()
     wait_for_controller(web.page)
-    PushDelivery(web.page, live_server.base_url).deliver(approval_push())
+    PushDelivery(web.page, live_server.base_url).deliver(approval_push())  # tokens the server never made
     wait_for_notifications(web.page, 1)
     [worker] = web.page.context.service_workers
-    # What the worker does on a click of the "approve" button.
-    click = """async ([tag, action]) => {
-      const [notification] = await self.registration.getNotifications({ tag });
-      await handleClick(notification, action);
-    }"""
-    worker.evaluate(click, ["approval-a1", "approve"])
-    [answer] = api.requests_to("POST", "/api/push/actions")
-    assert answer.body == {"token": "token-approve-a1", "action": "approve"}
-    assert answer.from_worker
-    assert answer.headers["content-type"] == "application/json"
-    assert "authorization" not in answer.headers  # the token is the credential
-    wait_for_notifications(web.page, 0)
-    assert len(web.page.context.pages) == 1  # no page was opened
-
-    # The server refuses (answered elsewhere, expired): the person is told it did not happen.
-    api.actions_status = 404
-    PushDelivery(web.page, live_server.base_url).deliver(approval_push())
-    wait_for_notifications(web.page, 1)
-    worker.evaluate(click, ["approval-a1", "deny"])
-    assert api.requests_to("POST", "/api/push/actions")[-1].body == {"token": "token-deny-a1", "action": "deny"}
+    worker.evaluate(CLICK, ["approval-a1", "deny"])
+    [answer] = requests.to("POST", "/api/push/actions")
+    assert answer.body == {"token": "token-deny-a1", "action": "deny"}
+    assert answer.status == 404
     [told] = wait_for_notifications(web.page, 1)
     assert told["title"] == "Not answered"
-    assert told["tag"] == "approval-a1"
+    assert told["tag"] == "approval-a1"  # in the place of the one answered
     assert told["actions"] == []
-    # The answer function itself, as the worker exposes it.
-    assert worker.evaluate("answerAction", approval_push()) is False  # no such action: nothing is sent
+    assert len(web.page.context.pages) == 1  # no page was opened
+    # The answer function itself, as the worker exposes it: an action the push did not offer sends nothing.
+    offered_not = worker.evaluate("([payload, action]) => answerAction(payload, action)", [approval_push(), "always"])
+    assert offered_not is False
+    assert len(requests.to("POST", "/api/push/actions")) == 1
     web.assert_no_console_errors()
 
 
@@ -441,31 +430,27 @@ def base64url_bytes(text: str) -> list[int]:
 
 
 def test_the_switch_subscribes_this_browser_and_off_and_sign_out_unsubscribe(
-    web: WebPage, live_server: LiveServer
+    pushable: Pushable, push_server: LiveServer, push_service: PushService
 ) -> None:
-    web.page.context.add_init_script(FAKE_PUSH_MANAGER)
-    api = PushApi(web.page.context, live_server)
+    web, requests = pushable.web, pushable.requests
     web.sign_in()
     switch = web.page.get_by_role("switch", name="Notifications")
     expect(switch).not_to_be_checked()
-    switch.click()
-    expect(switch).to_be_checked()
-    expect(switch).to_be_enabled()
+    turn_notifications_on(web)
 
-    [config] = api.requests_to("GET", "/api/push/config")
-    assert config.headers["authorization"] == f"Bearer {live_server.secret}"
+    [config] = requests.to("GET", "/api/push/config")
+    assert config.headers["authorization"] == f"Bearer {push_server.secret}"
     subscribed_with = json.loads(web.page.evaluate("localStorage.getItem('test.subscribed-with')"))
     assert subscribed_with["userVisibleOnly"] is True
-    vapid_key = VAPID_PUBLIC_KEY if api.stand_in else httpx_config(live_server)["vapid_public_key"]
-    assert subscribed_with["key"] == base64url_bytes(vapid_key)
-    [posted] = api.requests_to("POST", "/api/push/subscriptions")
-    assert posted.body == SUBSCRIPTION
-    assert posted.headers["authorization"] == f"Bearer {live_server.secret}"
+    assert subscribed_with["key"] == base64url_bytes(api_get(push_server, "/api/push/config")["vapid_public_key"])
+    [posted] = requests.to("POST", "/api/push/subscriptions")
+    made = pushable.subscription.to_json()
+    assert posted.body == {"endpoint": made["endpoint"], "keys": made["keys"]}
+    assert posted.headers["authorization"] == f"Bearer {push_server.secret}"
     assert posted.status == 201
     subscription_id = web.page.evaluate(f"localStorage.getItem('{PUSH_SUBSCRIPTION_KEY}')")
-    assert subscription_id
-    if not api.stand_in:
-        assert subscription_id in [s["id"] for s in httpx_subscriptions(live_server)]
+    [kept] = api_get(push_server, "/api/push/subscriptions")["subscriptions"]
+    assert (kept["id"], kept["endpoint_origin"]) == (subscription_id, push_service.origin)
 
     web.page.reload()  # the switch shows what this browser has
     expect(switch).to_be_checked()
@@ -473,35 +458,92 @@ def test_the_switch_subscribes_this_browser_and_off_and_sign_out_unsubscribe(
     switch.click()
     expect(switch).not_to_be_checked()
     expect(switch).to_be_enabled()
-    [deleted] = api.requests_to("DELETE", "/api/push/subscriptions/")
-    assert deleted.path == f"/api/push/subscriptions/{subscription_id}"
-    assert deleted.status == 204
+    [deleted] = requests.to("DELETE", "/api/push/subscriptions/")
+    assert (deleted.path, deleted.status) == (f"/api/push/subscriptions/{subscription_id}", 204)
     assert web.page.evaluate("localStorage.getItem('test.unsubscribed')") == "1"
     assert web.page.evaluate(f"localStorage.getItem('{PUSH_SUBSCRIPTION_KEY}')") is None
+    assert api_get(push_server, "/api/push/subscriptions")["subscriptions"] == []
 
-    switch.click()
-    expect(switch).to_be_checked()
-    expect(switch).to_be_enabled()
+    turn_notifications_on(web)
     again = web.page.evaluate(f"localStorage.getItem('{PUSH_SUBSCRIPTION_KEY}')")
     web.page.get_by_role("button", name="Sign out").click()
     expect(web.page.get_by_role("button", name="Sign in")).to_be_visible()
-    assert api.requests_to("DELETE", "/api/push/subscriptions/")[-1].path == f"/api/push/subscriptions/{again}"
+    assert requests.to("DELETE", "/api/push/subscriptions/")[-1].path == f"/api/push/subscriptions/{again}"
     assert web.page.evaluate("localStorage.getItem('test.unsubscribed')") == "2"
-    if not api.stand_in:
-        assert httpx_subscriptions(live_server) == []
+    assert api_get(push_server, "/api/push/subscriptions")["subscriptions"] == []
     web.assert_no_console_errors()
 
 
-def httpx_config(live: LiveServer) -> dict[str, Any]:
-    response = httpx.get(live.base_url + "/api/push/config", headers={"Authorization": f"Bearer {live.secret}"})
-    config: dict[str, Any] = response.json()
-    return config
+def test_a_subscription_the_server_refuses_leaves_the_switch_off_and_says_why(
+    browser: Browser, live_server: LiveServer, push_service: PushService
+) -> None:
+    # This server pushes to public hosts only: the loopback push service's endpoint is refused (400).
+    web = open_page(browser, live_server, permissions=["notifications"])
+    try:
+        made = push_service.subscribe().to_json()
+        web.page.context.add_init_script(FAKE_PUSH_MANAGER.replace("SUBSCRIPTION_JSON", json.dumps(made)))
+        web.sign_in()
+        switch = web.page.get_by_role("switch", name="Notifications")
+        switch.click()
+        note = web.page.locator("#notifications-note")
+        expect(note).to_contain_text("The server refused this browser's subscription")
+        expect(switch).not_to_be_checked()
+        expect(switch).to_be_enabled()  # to try again
+        assert web.page.evaluate("localStorage.getItem('test.unsubscribed')") == "1"  # not left subscribed
+        assert web.page.evaluate(f"localStorage.getItem('{PUSH_SUBSCRIPTION_KEY}')") is None
+        web.assert_no_console_errors(allow=r"400 \(Bad Request\)")
+    finally:
+        web.page.context.close()
 
 
-def httpx_subscriptions(live: LiveServer) -> list[dict[str, Any]]:
-    response = httpx.get(live.base_url + "/api/push/subscriptions", headers={"Authorization": f"Bearer {live.secret}"})
-    subscriptions: list[dict[str, Any]] = response.json()["subscriptions"]
-    return subscriptions
+def test_a_decision_pushed_while_the_tab_is_hidden_is_answered_from_its_notification(
+    pushable: Pushable, push_server: LiveServer
+) -> None:
+    web, subscription, requests = pushable.web, pushable.subscription, pushable.requests
+    frames = SocketFrames(web.page)
+    web.sign_in()
+    wait_for_controller(web.page)
+    turn_notifications_on(web)
+    web.new_chat()
+    conversation_id = web.page.evaluate("window.pheby.store.state.currentId")
+    set_visibility(web.page, "hidden")  # so that the server pushes: no tab of the account is in front
+    wait_until(web.page, lambda: frames.presence()[-1:] == ["background"], "background")
+    frames.wait_for_presence_answers(web.page)
+    web.send("/demo approve")
+    expect(web.page.locator(".card.approval:not(.resolved)")).to_be_visible()
+
+    [push] = subscription.wait_for_blocking(1)  # checked and decrypted by the push service
+    assert push.payload["type"] == "approval"
+    assert push.payload["url"] == f"/?conversation={conversation_id}"
+    pushes = PushDelivery(web.page, push_server.base_url)
+    pushes.deliver(push.payload)
+    [shown] = wait_for_notifications(web.page, 1)
+    assert shown["tag"] == push.payload["tag"]
+    assert shown["actions"] == [["once", "Approve once"], ["deny", "Deny"]]
+    assert shown["requireInteraction"] is True
+
+    [worker] = web.page.context.service_workers
+    worker.evaluate(CLICK, [shown["tag"], "once"])
+    [answer] = requests.to("POST", "/api/push/actions")
+    token = next(a["token"] for a in push.payload["actions"] if a["action"] == "once")
+    assert answer.body == {"token": token, "action": "once"}
+    assert answer.from_worker
+    assert answer.headers["content-type"] == "application/json"
+    assert "authorization" not in answer.headers  # the token is the credential
+    assert answer.status == 200
+    wait_for_notifications(web.page, 0)
+    assert len(web.page.context.pages) == 1  # no page was opened
+    expect(web.page.locator(".card.approval.resolved")).to_contain_text("Approved")
+    expect(web.assistant()).to_contain_text("Approved (once)")
+
+    # The server then tells the account's other devices that the question is gone.
+    _, dismiss = subscription.wait_for_blocking(2)
+    assert (dismiss.payload["type"], dismiss.payload["tag"]) == ("dismiss", push.payload["tag"])
+    pushes.deliver(push.payload)  # as another device would still show it
+    wait_for_notifications(web.page, 1)
+    pushes.deliver(dismiss.payload)
+    wait_for_notifications(web.page, 0)
+    web.assert_no_console_errors()
 
 
 def test_blocked_notifications_are_said_so_and_the_switch_stays_off(browser: Browser, live_server: LiveServer) -> None:

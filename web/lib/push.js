@@ -66,7 +66,7 @@ export async function turnOnNotifications() {
     return body.subscription;
   } catch (error) {
     await subscription.unsubscribe().catch(() => {});
-    throw error;
+    throw new Error(`The server refused this browser's subscription: ${error.message}`);
   }
 }
 
