@@ -6,6 +6,7 @@ cookie mutations), `/attachments` (bearer, ApiKey or X-Pheby-Secret) and the Web
 
 import hmac
 import ipaddress
+import time
 from typing import Any, Literal
 
 import msgspec
@@ -30,6 +31,9 @@ class Principal(msgspec.Struct, frozen=True, kw_only=True):
     via: Literal["secret", "token", "cookie"]
     token_id: str | None = None
     expires_at: float | None = None
+    # When the credential was checked (wall clock, before the check read anything): a revocation at or
+    # after it ends what this principal opened; a credential issued after a revocation is not touched.
+    judged_at: float = 0.0
 
 
 class Authenticator:
@@ -45,14 +49,19 @@ class Authenticator:
         """`PHEBY_SECRET` → the owner; an account's live token → that account; else None."""
         if not secret:
             return None
+        judged_at = time.time()
         if hmac.compare_digest(secret.encode(), self._secret):
             owner = await self._accounts.get(self._owner.id)
-            return None if owner.disabled else Principal(account=owner, via="secret")
+            return None if owner.disabled else Principal(account=owner, via="secret", judged_at=judged_at)
         resolved = await self._accounts.resolve_token(secret)
         if resolved is None:
             return None
         return Principal(
-            account=resolved.account, via="token", token_id=resolved.token_id, expires_at=resolved.expires_at
+            account=resolved.account,
+            via="token",
+            token_id=resolved.token_id,
+            expires_at=resolved.expires_at,
+            judged_at=judged_at,
         )
 
     async def for_api(self, connection: ASGIConnection[Any, Any, Any, Any]) -> Principal:

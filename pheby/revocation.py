@@ -15,11 +15,14 @@ the server learns of it:
 
 An account that was disabled, or all of whose credentials were revoked, has its messages
 ignored at once, its active runs cancelled, then its sockets closed; every closed socket
-first gets an `unauthorized` error, then a 1008 close.
+first gets an `unauthorized` error, then a 1008 close. A revoke ends what was authenticated
+before it (`Connection.judged_at`, `ActiveRun.judged_at`): a token issued after it, its sockets
+and its runs go on, whichever sweep sees them.
 """
 
 import asyncio
 import logging
+import math
 import sqlite3
 import time
 from collections.abc import Callable
@@ -146,27 +149,40 @@ class Revocations:
             elif connection.token_id is not None and connection.token_id not in live:
                 connection.revoke(REVOKED)
 
+    def _cutoff(self, account_id: str, why: str) -> float:
+        """What was authenticated at or before this moment ends: everything of a disabled account; of a revoked
+        one, what came before the revoke, so a credential issued after it (in the same tick) keeps working."""
+        state = self._states.get(account_id)
+        if why == ACCOUNT_REVOKED and state is not None and state.credentials_revoked_at is not None:
+            return state.credentials_revoked_at
+        return math.inf
+
     async def _end_accounts(self, ending: dict[str, str]) -> None:
-        """Stop handling the accounts' messages, cancel their runs (bounded wait), then close their sockets."""
-        for account_id in ending:
+        """Stop handling the accounts' messages, cancel their runs (bounded wait), then close their sockets:
+        those authenticated up to each account's cutoff."""
+        cutoffs = {account_id: self._cutoff(account_id, why) for account_id, why in ending.items()}
+        for account_id, cutoff in cutoffs.items():
             for connection in self._hub.of_account(account_id):
-                connection.revoked = True
+                if connection.judged_at <= cutoff:
+                    connection.revoked = True
         cancels: list[asyncio.Task[None]] = []
-        for account_id in ending:
-            task = asyncio.create_task(self._cancel_runs(account_id), name=f"revoke-runs-{account_id}")
+        for account_id, cutoff in cutoffs.items():
+            task = asyncio.create_task(self._cancel_runs(account_id, cutoff), name=f"revoke-runs-{account_id}")
             self._background(task)  # a cancel that outlasts the wait still finishes
             cancels.append(task)
         await asyncio.wait(cancels, timeout=RUN_CANCEL_WAIT_SECONDS)
         for account_id, why in ending.items():
             for connection in self._hub.of_account(account_id):
-                connection.revoke(why)
+                if connection.judged_at <= cutoffs[account_id]:
+                    connection.revoke(why)
 
-    async def _cancel_runs(self, account_id: str) -> None:
-        """Cancel every active run of the account, each in its own task (a cancel waits for its run to end)."""
+    async def _cancel_runs(self, account_id: str, cutoff: float) -> None:
+        """Cancel every active run of the account asked for up to `cutoff`, each in its own task (a cancel
+        waits for its run to end)."""
         cancels = []
         for conversation in await self._conversations.list(account_id):
             run = self._runs.active(conversation.id)
-            if run is not None:
+            if run is not None and run.judged_at <= cutoff:
                 cancels.append(self._cancel_run(account_id, conversation.id, run.run_id))
         await asyncio.gather(*cancels)
 

@@ -211,9 +211,11 @@ class _Server(ThreadingHTTPServer):
     """A ThreadingHTTPServer that knows its connections and their threads, so that stopping ends them."""
 
     daemon_threads = True
+    request_queue_size = 128  # a real push service's backlog is deep; socketserver's 5 drops bursts of connections
 
     def __init__(self, respond: _Responder) -> None:
         self.respond = respond
+        self.accepted = 0  # connections, ever
         self.stopping = threading.Event()  # set by stop(): hanging requests end, unanswered
         self._guard = threading.Lock()
         self._open_connections: set[socket.socket] = set()
@@ -228,6 +230,7 @@ class _Server(ThreadingHTTPServer):
     def process_request(self, request: Any, client_address: Any) -> None:
         with self._guard:  # in the serving thread, before the connection's own starts: none is missed
             self._open_connections.add(request)
+            self.accepted += 1
         super().process_request(request, client_address)
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
@@ -330,6 +333,10 @@ class _Loopback:
     @property
     def origin(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def accepted(self) -> int:
+        return self._server.accepted
 
     def start(self) -> None:
         self._thread.start()  # the socket listens already: a request sent now waits in its backlog
@@ -715,6 +722,11 @@ class PushService:
             raise ValueError(f"a VAPID subject is a mailto: or https: URL, not {subject!r}")
         with self._lock:
             self._expected = _VapidExpectation(point, subject)
+
+    @property
+    def connections_accepted(self) -> int:
+        """How many TCP connections it has accepted: fewer than requests when the sender keeps them alive."""
+        return self._loopback.accepted
 
     @property
     def requests_total(self) -> int:

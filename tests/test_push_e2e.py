@@ -149,6 +149,7 @@ async def test_an_approval_reaches_a_background_account_and_is_answered_from_the
     _, dismiss = await subscription.wait_for(2, timeout=5)
     assert dismiss.payload["type"] == "dismiss"
     assert dismiss.payload["tag"] == payload["tag"]
+    assert pushing.service.connections_accepted == 1  # both pushes went over one kept-alive connection
     await phone.close()
     await laptop.close()
 

@@ -200,6 +200,41 @@ async def test_revoke_from_another_process_ends_every_credential_of_the_account(
     await assert_open(await connect(fresh))
 
 
+async def revoke_then_issue(settings: Settings, name: str) -> str:
+    """`pheby account revoke NAME` then `pheby account token NAME`, back to back (one connection, as fast as a
+    script runs them): the new token."""
+    db = Database(settings.database_path)
+    await db.open()
+    try:
+        accounts = Accounts(db)
+        account, _ = await accounts.revoke_all(name)
+        return (await accounts.issue_token(account.id, "api", None)).token
+    finally:
+        await db.close()
+
+
+@pytest.mark.live
+async def test_a_credential_issued_right_after_a_revoke_keeps_working_through_its_sweeps(
+    live_server: LiveServer, demo_hermes: DemoHermesServer, connect: Callable[..., Any]
+) -> None:
+    """The revoke ends what was authenticated before it, on every sweep that follows; a token issued after it,
+    its socket and its run are not touched, though the server learns of both changes in the same tick."""
+    alice = await connect(await add_account(live_server.settings, "alice"))
+    conversation_id, run_id = await start_slow_run(alice, live_server)
+    fresh = await connect(await revoke_then_issue(live_server.settings, "alice"))
+    created = await fresh.request("conversation.create", "conversation.created")
+    accepted = await fresh.request(
+        "chat.send", "run.accepted", conversation_id=created["conversation_id"], text="/demo approve"
+    )
+    await assert_revoked(alice, timeout=5.0)
+    await assert_run_cancelled(live_server, demo_hermes, conversation_id, run_id)
+    await asyncio.sleep(3 * CHECK_SECONDS)  # the sweep, and the one the next tick repeats, are over
+    await assert_open(fresh)
+    assert fresh.seen("run.finished", run_id=accepted["run_id"]) == []
+    assert live_server.services.runs.active(created["conversation_id"]) is not None
+    assert fresh.seen("error") == []
+
+
 @pytest.mark.live
 async def test_account_list_prints_no_secrets(live_server: LiveServer) -> None:
     token = await add_account(live_server.settings, "alice")

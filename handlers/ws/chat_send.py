@@ -27,4 +27,11 @@ async def handle(ctx: WsContext, msg: ChatSend) -> None:
         raise BadRequest("text must not be blank")
     if len(msg.text) > CHAT_TEXT_MAX:
         raise ProtocolTooLarge(f"text is limited to {CHAT_TEXT_MAX} characters")
-    await ctx.services.runs.send(ctx.account, msg.conversation_id, msg.text, msg.attachment_ids, rid(msg.request_id))
+    await ctx.services.runs.send(
+        ctx.account,
+        msg.conversation_id,
+        msg.text,
+        msg.attachment_ids,
+        rid(msg.request_id),
+        judged_at=ctx.connection.judged_at,
+    )

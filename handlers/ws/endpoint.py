@@ -53,6 +53,7 @@ async def _authenticated(socket: WebSocket[Any, Any, Any], services: Services) -
         max_bytes=services.settings.ws_send_queue_bytes,
         token_id=principal.token_id,
         expires_at=principal.expires_at,
+        judged_at=principal.judged_at,
     )
     try:
         services.hub.add(connection)

@@ -43,7 +43,7 @@ class Connection:
     """One authenticated socket: a bounded queue of encoded frames and the task that writes them.
 
     `token_id` and `expires_at` describe the credential the socket said hello with (None for the
-    owner secret, which is not a stored token and never expires).
+    owner secret, which is not a stored token and never expires), `judged_at` when it was checked.
     """
 
     def __init__(
@@ -56,11 +56,13 @@ class Connection:
         max_bytes: int = SEND_QUEUE_BYTES,
         token_id: str | None = None,
         expires_at: float | None = None,
+        judged_at: float = 0.0,
     ) -> None:
         self.id = uuid.uuid4().hex
         self.account_id = account_id
         self.token_id = token_id
         self.expires_at = expires_at
+        self.judged_at = judged_at  # when its credential was checked (`pheby.auth.Principal.judged_at`)
         self._send_text = send_text
         self._close = close
         self._queue: asyncio.Queue[tuple[str, int] | None] = asyncio.Queue(maxsize=max_frames)

@@ -2,10 +2,13 @@
 
 The request goes to the address `EndpointPolicy` checked just before (the endpoint's host stays the
 TLS server name and the `Host`), redirects are never followed, no proxy from the environment is
-used, and the whole exchange is bounded by one timeout. What the push service answered becomes an
+used, and the whole exchange is bounded by one timeout. Connections are kept for the next push to the
+same push service, whose answer is read (up to 64 KiB) for that. What the push service answered becomes an
 `Outcome`; nothing here raises for a push service's behaviour.
 """
 
+import asyncio
+import contextlib
 import email.utils
 import enum
 import json
@@ -22,6 +25,9 @@ from pheby.push.endpoints import EndpointPolicy, EndpointRefused, Target
 from pheby.push.notices import Notice
 from pheby.push.subscriptions import StoredSubscription
 from pheby.push.vapid import VapidIdentity
+
+ANSWER_MAX = 64 * 1024  # of a push service's answer body, read only so its connection is kept
+ANSWER_SECONDS = 2.0  # how long that read may take
 
 
 class Result(enum.Enum):
@@ -74,6 +80,7 @@ class PushSender:
         )
 
     async def send(self, notice: Notice, subscription: StoredSubscription) -> Outcome:
+        await asyncio.sleep(0)  # one encryption a turn of the loop: a notice to 20 devices never holds it up
         try:
             target = await self._policy.target(subscription.endpoint)
         except EndpointRefused:
@@ -91,14 +98,27 @@ class PushSender:
         if extensions:
             headers["Host"] = urlsplit(target.endpoint).netloc
         try:
-            # Streamed and never read: what a push service answers in its body is of no use, and unbounded.
             async with self._client.stream("POST", url, content=body, headers=headers, extensions=extensions) as answer:
-                return _outcome(answer)
+                outcome = _outcome(answer)  # the status decides; a body that never ends changes nothing
+                with contextlib.suppress(httpx.HTTPError, TimeoutError):
+                    async with asyncio.timeout(ANSWER_SECONDS):
+                        await _read_bounded(answer)
+                return outcome
         except (httpx.TimeoutException, httpx.TransportError):
             return Outcome(Result.RETRY)
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+async def _read_bounded(answer: httpx.Response) -> None:
+    """Read what the push service answered, up to `ANSWER_MAX` bytes, so its connection can serve the next
+    push; past that the connection is dropped instead (the body is of no use, and a service may be hostile)."""
+    read = 0
+    async for chunk in answer.aiter_raw():
+        read += len(chunk)
+        if read > ANSWER_MAX:
+            return
 
 
 def _pinned(target: Target) -> tuple[str, dict[str, Any]]:

@@ -20,6 +20,7 @@ from pheby.settings import Settings
 KEY_FILE = "vapid_private_key.pem"
 CLAIM_SECONDS = 12 * 3600  # a JWT's lifetime; push services accept at most 24 h
 FALLBACK_SUBJECT = "mailto:pheby@localhost"
+SIGNED_KEPT = 256  # push service origins whose signature is kept
 
 
 class VapidKeyError(Exception):
@@ -56,6 +57,7 @@ class VapidIdentity:
             serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint
         )
         self.public_key = b64url(point)  # what browsers take as `applicationServerKey`
+        self._signed: dict[str, tuple[str, float]] = {}  # audience → its header, and until when to use it
 
     @classmethod
     def for_settings(cls, settings: Settings) -> "VapidIdentity":
@@ -66,14 +68,19 @@ class VapidIdentity:
         return cls(key, subject_of(settings))
 
     def authorization(self, endpoint: str, now: float | None = None) -> str:
-        """`vapid t=<JWT>, k=<public key>` for a request to `endpoint` (aud: its origin)."""
+        """`vapid t=<JWT>, k=<public key>` for a request to `endpoint` (aud: its origin); one signature per
+        push service serves until half its lifetime has passed."""
         parts = urlsplit(endpoint)
-        claims = {
-            "aud": f"{parts.scheme}://{parts.netloc}",
-            "exp": int((time.time() if now is None else now) + CLAIM_SECONDS),
-            "sub": self.subject,
-        }
+        audience = f"{parts.scheme}://{parts.netloc}"
+        now = time.time() if now is None else now
+        kept = self._signed.get(audience)
+        if kept is not None and now < kept[1]:
+            return kept[0]
+        claims = {"aud": audience, "exp": int(now + CLAIM_SECONDS), "sub": self.subject}
         header: str = self._signer.sign(claims)["Authorization"]
+        if len(self._signed) >= SIGNED_KEPT:
+            self._signed.clear()  # push service origins are few; a flood of them just signs again
+        self._signed[audience] = (header, now + CLAIM_SECONDS / 2)
         return header
 
 

@@ -43,6 +43,8 @@ class ActiveRun:
         self.decisions = Decisions()
         self.finished = asyncio.Event()
         self.started = asyncio.Event()  # set once Hermes has made the run, or `release` ended the attempt
+        # When the credential of the client that asked for it was checked: a revocation since ends the run.
+        self.judged_at = 0.0
         self.cancel_requested = False
         self.read_now = ReadNow()  # set: the reader no longer waits for held-back text before a read
         self.reader: asyncio.Task[None] | None = None

@@ -188,13 +188,16 @@ class RunManager:
         text: str,
         attachment_ids: Sequence[str],
         request_id: str | UnsetType,
+        *,
+        judged_at: float = 0.0,
     ) -> ActiveRun:
         """`chat.send`: reserve the slot, check the attachments, start the run, then claim them.
 
         Attachments are claimed only once the run is accepted, so a `run_active` (or any failure to
-        start) leaves them free to send again."""
+        start) leaves them free to send again. `judged_at`: when the sender's credential was checked."""
         conversation = await self._conversations.get(account.id, conversation_id)
         run = self.reserve(account, conversation)
+        run.judged_at = judged_at
         try:
             if self._attachments is not None:
                 prepared = await self._attachments.prepare_chat_input(account.id, conversation.id, text, attachment_ids)
