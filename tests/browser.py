@@ -4,10 +4,13 @@ watched for errors. Screenshots go to `test-artifacts/` (gitignored).
 """
 
 import asyncio
+import os
 import re
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
+from unittest import mock
 
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Dialog, Page, expect, sync_playwright
@@ -31,14 +34,30 @@ T = TypeVar("T")
 expect.set_options(timeout=15_000)
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
+# Playwright's driver sees (and routes) the requests a service worker makes only when this is in its
+# environment as it starts.
+SERVICE_WORKER_REQUESTS = {"PW_EXPERIMENTAL_SERVICE_WORKER_NETWORK_EVENTS": "1"}
+
+
+@contextmanager
+def launched_chromium(driver_environment: dict[str, str] | None = None) -> Iterator[Browser]:
     """Fails (never skips) when the browser can't start: `make test` installs it first."""
-    with sync_playwright() as playwright:
+    with mock.patch.dict(os.environ, driver_environment or {}):
+        manager = sync_playwright()
+        playwright = manager.start()
+    try:
         # Playwright gives every launch a fresh temporary profile (user-data dir).
         launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS)
         yield launched
         launched.close()
+    finally:
+        playwright.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with launched_chromium() as launched:
+        yield launched
 
 
 class WebPage:
@@ -104,6 +123,22 @@ class WebPage:
     def assert_no_console_errors(self, allow: str | None = None) -> None:
         unexpected = [e for e in self.console_errors if not (allow and re.search(allow, e))]
         assert unexpected == []
+
+
+def wait_until(page: Page, condition: Callable[[], T], what: str, timeout_ms: int = 15_000) -> T:
+    """The first true value of `condition()`, asked every 100 ms; fails with `what` after `timeout_ms`.
+
+    It waits through Playwright (not `time.sleep`), which is when Playwright hands over the events
+    (frames, DevTools events) that the condition may be looking at.
+    """
+    for _ in range(timeout_ms // 100):
+        value = condition()
+        if value:
+            return value
+        page.wait_for_timeout(100)
+    value = condition()
+    assert value, what
+    return value
 
 
 def open_page(browser: Browser, live: LiveServer, **context: Any) -> WebPage:

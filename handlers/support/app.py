@@ -57,6 +57,8 @@ from handlers import (
     tasks_update,
     web_asset,
     web_index,
+    web_manifest,
+    web_service_worker,
 )
 from handlers.support.bodies import PhebyRequest
 from handlers.support.body_timeout import BodyIdleTimeout
@@ -81,6 +83,8 @@ PUBLIC_ROUTES: list[ControllerRouterHandler] = [
     internal_plugin_media.plugin_media,
     web_index.web_index,  # Pheby Web: the page and its assets (it signs in itself)
     web_asset.web_asset,
+    web_manifest.web_manifest,
+    web_service_worker.web_service_worker,
 ]
 
 # Mounted under `/api` behind the `authenticated` guard: a route added here is protected by that alone.

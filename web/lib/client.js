@@ -3,11 +3,15 @@
 import { PhebyConnection, ProtocolError, socketUrl } from "./protocol.js";
 import { api, login, setBearer } from "./api.js";
 import { clearCredential, loadCredential, saveCredential } from "./credentials.js";
+import { turnOffNotifications } from "./push.js";
 
 // Messages per conversation.open page; older pages load as the person scrolls up.
 const HISTORY_PAGE = 100;
 // How long after another tab's run starts its user turn is read back (Hermes stores it first).
 const SYNC_DELAY_MS = 300;
+
+// A notification opens `/?conversation=<id>`: that conversation is shown once signed in.
+const CONVERSATION_PARAMETER = "conversation";
 
 // Plain sentences for the error codes a person can meet.
 const SENTENCES = {
@@ -37,6 +41,7 @@ export class Client {
     this.myRuns = new Set(); // runs this tab started: other tabs' runs trigger a history re-read
     this.syncedRuns = new Set();
     this.historyPage = HISTORY_PAGE;
+    this.linkedConversation = new URLSearchParams(location.search).get(CONVERSATION_PARAMETER);
   }
 
   // --- session ---------------------------------------------------------------------------
@@ -82,6 +87,8 @@ export class Client {
 
   async signOut() {
     const { session } = this.store.state;
+    // Notifications are for the person signed in: the next one here must turn them on again.
+    await turnOffNotifications();
     if (session && session.kind === "password") {
       try {
         await api("POST", "/api/auth/logout");
@@ -114,15 +121,40 @@ export class Client {
     }
   }
 
-  // After every `ready`: the list, the open conversation's snapshot, and the settings it shows.
+  // After every `ready`: presence, the list, the open conversation's snapshot (or the one the
+  // page's address names), and the settings it shows.
   async afterReady(first) {
-    this.refreshList();
+    this.sendPresence();
+    const listed = this.refreshList();
     this.request("models.list").catch(() => {});
     this.request("models.current").catch(() => {});
     this.request("reasoning.current").catch(() => {});
     if (first) this.loadCapabilities();
+    if (this.linkedConversation) {
+      // Against the list: a conversation deleted since the notification is said so, not opened.
+      if (await listed) this.openLinkedConversation();
+      return;
+    }
     const { currentId } = this.store.state;
     if (currentId) this.open(currentId);
+  }
+
+  // Shows the conversation named in the address, then takes the name out of it, so that a reload
+  // later shows what the person chose since.
+  openLinkedConversation() {
+    const id = this.linkedConversation;
+    this.linkedConversation = null;
+    const address = new URL(location.href);
+    address.searchParams.delete(CONVERSATION_PARAMETER);
+    history.replaceState(history.state, "", address.pathname + address.search + address.hash);
+    if (this.store.state.conversations.some((c) => c.conversation_id === id)) this.select(id);
+    else this.toast(SENTENCES.conversation_not_found);
+  }
+
+  // Whether this tab is in front, for the server's choice of what to push to this person's devices.
+  sendPresence() {
+    if (!this.connection) return;
+    this.connection.notify("presence.set", { state: document.visibilityState === "visible" ? "foreground" : "background" });
   }
 
   async loadCapabilities() {
@@ -154,6 +186,7 @@ export class Client {
 
   // --- conversations -----------------------------------------------------------------------
 
+  // Resolves with the list's snapshot, or undefined when it could not be read.
   refreshList() {
     return this.request("conversation.list").catch((error) => this.toast(sentence(error)));
   }

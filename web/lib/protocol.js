@@ -126,6 +126,12 @@ export class PhebyConnection {
     });
   }
 
+  // Send a message whose answer nobody waits for. A refusal is dropped: a server without an
+  // extension answers it `unknown_type`, which must not disturb the page.
+  notify(type, fields = {}) {
+    this.request(type, fields).catch(() => {});
+  }
+
   failPending(code, message) {
     for (const { reject, timer } of this.pending.values()) {
       clearTimeout(timer);

@@ -33,7 +33,7 @@ function Turn({ client, chat, conversationId, message }) {
     ${clarifications.map((c) => html`<${ClarifyCard} key=${c.clarify_id} client=${client} conversationId=${conversationId} clarify=${c} />`)}
     ${(message.text || message.streaming) &&
     html`<div class=${`bubble assistant${message.streaming ? " streaming" : ""}`} aria-busy=${message.streaming ? "true" : "false"}>
-      ${message.text ? html`<${Markdown} text=${message.text} />` : html`<span class="typing" aria-label="The agent is thinking"><i></i><i></i><i></i></span>`}
+      ${message.text ? html`<${Markdown} text=${message.text} />` : html`<span class="typing" role="img" aria-label="The agent is thinking"><i></i><i></i><i></i></span>`}
     </div>`}
     <${AttachmentList} attachments=${attachments} />
     ${STATUS_NOTES[message.status] && html`<p class=${`run-status ${message.status}`}>${STATUS_NOTES[message.status]}${message.error ? ` ${message.error}` : ""}</p>`}

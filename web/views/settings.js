@@ -1,6 +1,8 @@
 // The conversation's header controls: model and reasoning pickers (global or this conversation)
-// and the YOLO switch. A refusal from the server is shown as it was given.
-import { html, useState } from "../lib/html.js";
+// and the YOLO switch; and this browser's notifications switch. A refusal from the server is
+// shown as it was given.
+import { html, useEffect, useState } from "../lib/html.js";
+import { BLOCKED, notificationsAreOn, turnOffNotifications, turnOnNotifications, unsupportedReason } from "../lib/push.js";
 
 export function ChatSettings({ client, state, conversationId, chat }) {
   const [scope, setScope] = useState("conversation");
@@ -53,4 +55,45 @@ export function YoloSwitch({ client, conversationId, chat }) {
 export function YoloWarning({ chat }) {
   if (!chat.yolo) return null;
   return html`<p class="yolo-warning" role="alert">YOLO is on: the agent runs dangerous commands in this conversation without asking. Hermes's hard safety rules still apply.</p>`;
+}
+
+// Web Push for this browser: on asks for the permission and subscribes, off unsubscribes. Where the
+// browser can't, or the person has blocked notifications, the switch is off and says why.
+export function NotificationsSwitch() {
+  const unsupported = unsupportedReason();
+  const [on, setOn] = useState(false);
+  const [wanted, setWanted] = useState(null); // what the person asked for, while it is being done
+  const [problem, setProblem] = useState("");
+  const [permission, setPermission] = useState(unsupported ? "unsupported" : Notification.permission);
+  useEffect(() => {
+    if (!unsupported) notificationsAreOn().then(setOn);
+  }, []);
+
+  const change = async (event) => {
+    const turnOn = event.target.checked;
+    setWanted(turnOn);
+    setProblem("");
+    try {
+      if (turnOn) await turnOnNotifications();
+      else await turnOffNotifications();
+      setOn(turnOn);
+    } catch (error) {
+      setOn(false);
+      setProblem(error.message || "Notifications could not be turned on.");
+    }
+    setPermission(Notification.permission);
+    setWanted(null);
+  };
+
+  const busy = wanted !== null;
+  const blocked = permission === "denied";
+  const note = unsupported || (blocked ? BLOCKED : problem) || (busy ? (wanted ? "Turning on…" : "Turning off…") : "");
+  return html`<div class="notifications">
+    <label class="switch" title="Notifications from Pheby on this device">
+      <input type="checkbox" role="switch" checked=${busy ? wanted : on} disabled=${busy || Boolean(unsupported) || blocked}
+        aria-describedby=${note ? "notifications-note" : undefined} onChange=${change} />
+      <span>Notifications</span>
+    </label>
+    ${note && html`<p id="notifications-note" class="small muted" role="status">${note}</p>`}
+  </div>`;
 }

@@ -1,6 +1,8 @@
-// The conversation list: newest activity first, with create, rename and delete.
+// The conversation list: newest activity first, with create, rename and delete; below it this
+// browser's notifications switch, the workspace and sign-out.
 import { html, useState } from "../lib/html.js";
 import { PencilIcon, TrashIcon } from "./icons.js";
+import { NotificationsSwitch } from "./settings.js";
 
 export function relativeTime(iso) {
   if (!iso) return "";
@@ -44,8 +46,10 @@ function ConversationItem({ client, conversation, current, onPick }) {
   </li>`;
 }
 
-export function Sidebar({ client, state, onWorkspace, open, onPick }) {
-  return html`<nav class=${`sidebar${open ? " open" : ""}`} aria-label="Conversations">
+// `hidden`: off screen (the phone layout's closed drawer), so out of reach of the keyboard and of
+// assistive technology as well as of the eye.
+export function Sidebar({ client, state, onWorkspace, workspaceOpen, open, hidden, onPick, navRef, workspaceButtonRef }) {
+  return html`<nav class=${`sidebar${open ? " open" : ""}`} aria-label="Conversations" inert=${hidden} ref=${navRef}>
     <div class="sidebar-head">
       <div class="brand"><span class="logo" aria-hidden="true">P</span><span>Pheby</span></div>
       <button class="primary" onClick=${() => { client.create(); onPick(); }}>New chat</button>
@@ -55,8 +59,9 @@ export function Sidebar({ client, state, onWorkspace, open, onPick }) {
         current=${c.conversation_id === state.currentId} onPick=${onPick} />`)}
       ${state.conversations.length === 0 && html`<li class="muted empty">No conversations yet.</li>`}
     </ul>
+    <div class="sidebar-settings"><${NotificationsSwitch} /></div>
     <div class="sidebar-foot">
-      <button onClick=${onWorkspace}>Workspace</button>
+      <button ref=${workspaceButtonRef} aria-expanded=${workspaceOpen} onClick=${onWorkspace}>Workspace</button>
       <button onClick=${() => client.signOut()}>Sign out</button>
     </div>
   </nav>`;

@@ -1,6 +1,6 @@
 // The workspace panel over the Hope REST API: artifacts, scheduled tasks, memory and the honest
 // connector/research statuses, each shown only where /api/capabilities says it is available.
-import { html, useEffect, useState } from "../lib/html.js";
+import { html, useEffect, useRef, useState } from "../lib/html.js";
 import { api, fetchBlob, saveBlob } from "../lib/api.js";
 
 const problem = (error) => (error && error.message) || "Something went wrong.";
@@ -237,9 +237,15 @@ export function Workspace({ state, onClose }) {
     ["statuses", "Connectors & research", Statuses],
   ].filter(Boolean);
   const [tab, setTab] = useState(sections[0][0]);
+  const heading = useRef(null);
+  // Opened from the sidebar: the keyboard's place moves here (the app puts it back on close).
+  useEffect(() => {
+    heading.current.focus();
+  }, []);
   const Active = (sections.find((s) => s[0] === tab) || sections[0])[2];
-  return html`<aside class="workspace" aria-label="Workspace">
-    <div class="workspace-head"><h2>Workspace</h2><button class="icon" aria-label="Close workspace" onClick=${onClose}>×</button></div>
+  return html`<aside class="workspace" aria-labelledby="workspace-title">
+    <div class="workspace-head"><h2 id="workspace-title" tabindex="-1" ref=${heading}>Workspace</h2>
+      <button class="icon" aria-label="Close workspace" onClick=${onClose}>×</button></div>
     <div class="tabs" role="tablist">${sections.map(([key, label]) => html`<button role="tab" aria-selected=${tab === key} onClick=${() => setTab(key)}>${label}</button>`)}</div>
     <div class="workspace-body"><${Active} /></div>
   </aside>`;
