@@ -46,6 +46,7 @@ async def test_an_approval_is_pushed_and_answered_from_the_notification(
         finished = await phone.expect("run.finished", run_id=run_id, timeout=60)
         assert finished["status"] == "completed"
         assert not real_hermes.danger_dir.exists()  # approved from the notification: the command really ran
+        real_hermes.danger_dir.mkdir(parents=True)  # as the gateway's other tests expect to find it
         assert (await pushing.answer(action_token(push, "once"), "once")).status_code == 404
         _, dismiss = await subscription.wait_for(2, timeout=5)
         assert (dismiss.payload["type"], dismiss.payload["tag"]) == ("dismiss", push.payload["tag"])
