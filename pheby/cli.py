@@ -1,5 +1,5 @@
-"""The `pheby` console command: `serve`, `account create|token|disable|enable|revoke|list|hermes` and
-`hermes install-plugin`.
+"""The `pheby` console command: `serve`, `account create|token|disable|enable|revoke|list|hermes`,
+`hermes install-plugin`, `backup` and `restore` (`pheby.backup`).
 
 `serve` needs the app factory, which lives above `pheby` (`handlers.support.app.create_app`): the
 console script (`pheby_main.main`) passes it in as `app_factory`.
@@ -18,7 +18,7 @@ import msgspec
 
 from pheby.db import Database
 from pheby.errors import PhebyError
-from pheby.settings import Settings, SettingsError, load_settings
+from pheby.settings import DEFAULT_DATA_DIR, Settings, SettingsError, load_settings
 from pheby.store.accounts import Account, Accounts, HermesAccountSettings
 
 if TYPE_CHECKING:  # importing Litestar would slow every account command
@@ -100,6 +100,22 @@ def _parser() -> argparse.ArgumentParser:
     install.add_argument(
         "--server-url", default=None, help="how the plugin reaches this server (default: http://PHEBY_HOST:PHEBY_PORT)"
     )
+
+    backup = commands.add_parser(
+        "backup",
+        help="back up the data dir into DEST (an empty or new directory), while the server runs; prints JSON",
+        description="The database (SQLite's online backup), then with local storage the blobs it references, "
+        "the data dir's secrets and a manifest of every file's size and SHA-256. Run it with the server's "
+        "environment (PHEBY_STORAGE and its settings).",
+    )
+    backup.add_argument("dest", type=Path, metavar="DEST")
+    restore = commands.add_parser(
+        "restore",
+        help="restore a backup into the data dir (which must be empty or missing); prints JSON",
+        description="Checks the backup against its manifest (sizes, SHA-256, the database's integrity) and "
+        "refuses a damaged one, restoring nothing. Stop the server first.",
+    )
+    restore.add_argument("source", type=Path, metavar="SRC")
     return parser
 
 
@@ -134,6 +150,8 @@ def main(argv: Sequence[str] | None = None, app_factory: AppFactory | None = Non
                 )
                 return 2
             return _serve(args, data_dir, app_factory)
+        if args.command in ("backup", "restore"):
+            return _backup_command(args, data_dir)
         settings = load_settings(data_dir=data_dir)
         if args.command == "hermes":
             return _install_plugin(settings, args)
@@ -166,6 +184,36 @@ def _serve(args: argparse.Namespace, data_dir: Path | None, app_factory: AppFact
         print(f"pheby serve: {exc}", file=sys.stderr)
         return 2
     return 0 if serve(settings, app_factory(settings)) else 3
+
+
+# A backup reads no owner secret; giving load_settings one keeps it from generating one into the data dir.
+_NO_SECRET = "backup-needs-no-owner-secret"  # noqa: S105 - a placeholder, never used to authenticate
+
+
+def _backup_command(args: argparse.Namespace, data_dir: Path | None) -> int:
+    """`pheby backup DEST` and `pheby restore SRC`: refusals exit 2, failures 1, one line on stderr."""
+    from pheby.backup import BackupFailed, BackupRefused, backup, restore
+    from storage import StorageError
+
+    result: msgspec.Struct
+    try:
+        if args.command == "backup":
+            settings = load_settings(data_dir=data_dir, secret=_NO_SECRET)
+            result = asyncio.run(backup(settings, args.dest))
+        else:  # into the data dir as the server would find it, without loading (or generating) anything there
+            target = data_dir or Path(os.environ.get("PHEBY_DATA_DIR") or DEFAULT_DATA_DIR)
+            result = asyncio.run(restore(args.source, target))
+    except BackupRefused as exc:
+        print(f"pheby {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except (BackupFailed, StorageError) as exc:
+        print(f"pheby {args.command}: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"pheby {args.command}: {exc.filename or ''}: {exc.strerror or type(exc).__name__}", file=sys.stderr)
+        return 1
+    print(json.dumps(msgspec.to_builtins(result)))
+    return 0
 
 
 def _install_plugin(settings: Settings, args: argparse.Namespace) -> int:
