@@ -141,6 +141,12 @@ def test_lifecycle_is_a_backstop_one_day_after_the_retention(template: dict[str,
     }
     assert expiry["Status"] == {"Fn::If": ["KeepAttachmentsForever", "Disabled", "Enabled"]}
     assert rules["abort-incomplete-multipart-uploads"]["AbortIncompleteMultipartUpload"]["DaysAfterInitiation"] >= 1
+    # Versioned, so a backup (the database only, with S3) finds the bytes of what was deleted after it.
+    props = template["Resources"]["AttachmentBucket"]["Properties"]
+    assert props["VersioningConfiguration"] == {"Status": "Enabled"}
+    kept = rules["keep-deleted-attachments-for-backups"]
+    assert kept["NoncurrentVersionExpiration"] == {"NoncurrentDays": {"Ref": "BackupRetentionDays"}}
+    assert kept["ExpiredObjectDeleteMarker"] is True
 
     retention = template["Parameters"]["AttachmentRetentionDays"]
     assert retention["Type"] == "Number"
