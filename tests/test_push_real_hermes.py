@@ -9,6 +9,7 @@ from pheby.settings import Settings
 from tests.live_server import LiveServer, free_port
 from tests.push_service import PushService
 from tests.real_hermes import RealHermes
+from tests.test_hermes_contract_real import restore_danger_dir
 from tests.test_push_e2e import PUSH_HOST, action_token, new_chat, pushing_on
 
 pytestmark = [pytest.mark.anyio, pytest.mark.hermes, pytest.mark.live, pytest.mark.xdist_group("hermes")]
@@ -31,7 +32,7 @@ async def test_an_approval_is_pushed_and_answered_from_the_notification(
     async with pushing_on(server, push_service) as pushing:
         subscription = await pushing.subscribe()
         phone, laptop = await pushing.client(), await pushing.client()
-        real_hermes.danger_dir.mkdir(parents=True, exist_ok=True)
+        restore_danger_dir(real_hermes)
         _, run_id = await new_chat(phone, "Please run DANGER now")
         request = await phone.expect("approval.request", run_id=run_id, timeout=60)
         (push,) = await subscription.wait_for(1, timeout=5)
@@ -46,7 +47,7 @@ async def test_an_approval_is_pushed_and_answered_from_the_notification(
         finished = await phone.expect("run.finished", run_id=run_id, timeout=60)
         assert finished["status"] == "completed"
         assert not real_hermes.danger_dir.exists()  # approved from the notification: the command really ran
-        real_hermes.danger_dir.mkdir(parents=True)  # as the gateway's other tests expect to find it
+        restore_danger_dir(real_hermes)  # as the gateway's other tests expect to find it
         assert (await pushing.answer(action_token(push, "once"), "once")).status_code == 404
         _, dismiss = await subscription.wait_for(2, timeout=5)
         assert (dismiss.payload["type"], dismiss.payload["tag"]) == ("dismiss", push.payload["tag"])
