@@ -20,14 +20,15 @@ def hermes_failure(
     not_found: str | None = None,
     conflict: str | None = None,
     busy: str | None = None,
+    busy_as: type[PhebyError] = Unavailable,
     refused: str | None = None,
     refused_as: type[PhebyError] = BadRequest,
     refusal: bool = False,
 ) -> PhebyError:
     """The error to raise (`from None` or `from exc`) for `exc`: `unavailable` (`Unavailable`) when
     Hermes can't be reached, `not_found` (`NotFound`) for a 404, `conflict` (`Conflict`) for a 409,
-    `busy` (`Unavailable`) for a 429, `refused` (`refused_as`, 400 by default) for any other refusal
-    (`refusal`: the caller knows this 5xx to be one), else `failed` (`UpstreamFailure`)."""
+    `busy` (`busy_as`, `Unavailable` by default) for a 429, `refused` (`refused_as`, 400 by default) for
+    any other refusal (`refusal`: the caller knows this 5xx to be one), else `failed` (`UpstreamFailure`)."""
     text = sanitize_error(exc.message)
     if isinstance(exc, hc.HermesUnavailable) and unavailable is not None:
         return Unavailable(unavailable.format(text=text))
@@ -37,7 +38,7 @@ def hermes_failure(
         if exc.status == 409 and conflict is not None:
             return Conflict(conflict.format(text=text))
         if exc.status == 429 and busy is not None:
-            return Unavailable(busy.format(text=text))
+            return busy_as(busy.format(text=text))
         if refused is not None:
             return refused_as(refused.format(text=text))
     return UpstreamFailure(failed.format(text=text))

@@ -26,6 +26,7 @@ from pheby.errors import (
     ClarifyNotFound,
     ConversationNotFound,
     NotFound,
+    RateLimited,
     RunActive,
 )
 from pheby.files.media_tags import media_paths, strip_media
@@ -280,6 +281,8 @@ class RunManager:
             raise hermes_failure(
                 exc,
                 unavailable="Hermes is unavailable right now; the message was not sent, try again",
+                busy="Hermes is running as many runs as it allows; the message was not sent, try again in a moment",
+                busy_as=RateLimited,  # the protocol's code for "try again later"
                 failed="Hermes refused the run: {text}",
             ) from None
         except BaseException:
