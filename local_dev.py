@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from handlers.support.app import create_app
+from pheby.cli import check_schema_of
+from pheby.db import SchemaTooNew
 from pheby.server import configure_logging, serve
 from pheby.settings import SettingsError, load_settings
 
@@ -25,6 +27,11 @@ def main() -> int:
     parser.add_argument("--port", type=int, default=8620)
     parser.add_argument("--data-dir", type=Path, default=Path("./.local"))
     args = parser.parse_args()
+    try:
+        check_schema_of(args.data_dir)  # before the demo Hermes makes its media dir there
+    except (SettingsError, SchemaTooNew) as exc:
+        print(f"local_dev: {exc}", file=sys.stderr)
+        return 2
     with ExitStack() as stack:
         overrides: dict[str, Any] = {}
         hermes_line = f"Hermes: {os.environ.get('HERMES_URL', '')}"

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from pheby.db import Database
+from pheby.db import Database, SchemaTooNew, check_schema_version
 from pheby.errors import PhebyError
 from pheby.settings import DEFAULT_DATA_DIR, Settings, SettingsError, load_settings
 from pheby.store.accounts import Account, Accounts, HermesAccountSettings
@@ -156,7 +156,7 @@ def main(argv: Sequence[str] | None = None, app_factory: AppFactory | None = Non
         if args.command == "hermes":
             return _install_plugin(settings, args)
         result = asyncio.run(_account_command(settings, args))
-    except SettingsError as exc:
+    except (SettingsError, SchemaTooNew) as exc:
         print(f"pheby: {exc}", file=sys.stderr)
         return 2
     except PhebyError as exc:
@@ -166,8 +166,20 @@ def main(argv: Sequence[str] | None = None, app_factory: AppFactory | None = Non
     return 0
 
 
+def check_schema_of(data_dir: Path | None) -> None:
+    """Raise `SchemaTooNew` if a newer server migrated the data dir's database (`PHEBY_DATA_DIR` unless
+    `data_dir`). Writes nothing: it runs before `load_settings`, which may write a generated secret there."""
+    check_schema_version(load_settings(data_dir=data_dir, secret=_NO_SECRET).database_path)
+
+
 def _serve(args: argparse.Namespace, data_dir: Path | None, app_factory: AppFactory) -> int:
-    """`pheby serve`: settings, start-up checks (refusals are one line on stderr), then uvicorn."""
+    """`pheby serve`: the schema's version, settings, start-up checks (refusals are one line on stderr), then
+    uvicorn. A data dir a newer server migrated is refused before anything is written to it."""
+    try:
+        check_schema_of(data_dir)
+    except SchemaTooNew as exc:
+        print(f"pheby serve: {exc}", file=sys.stderr)
+        return 2
     try:
         settings = load_settings(host=args.host, port=args.port, data_dir=data_dir, log_format=args.log_format)
     except OSError as exc:  # writing the generated secret into the data dir
@@ -186,7 +198,8 @@ def _serve(args: argparse.Namespace, data_dir: Path | None, app_factory: AppFact
     return 0 if serve(settings, app_factory(settings)) else 3
 
 
-# A backup reads no owner secret; giving load_settings one keeps it from generating one into the data dir.
+# A backup and the schema check read no owner secret; giving load_settings one keeps it from generating one
+# into the data dir.
 _NO_SECRET = "backup-needs-no-owner-secret"  # noqa: S105 - a placeholder, never used to authenticate
 
 

@@ -2,10 +2,13 @@
 
 Every query runs on that thread (`await db.run(fn)`), so the event loop never blocks on
 SQLite and no two statements interleave; `transaction` wraps a function in BEGIN IMMEDIATE.
-Numbered migrations in `pheby/migrations/NNNN_name.sql` are applied at start-up, once each.
+Numbered migrations in `pheby/migrations/NNNN_name.sql` are applied at start-up, once each, and
+recorded in `schema_migrations`. A database a newer server migrated further than this code knows
+(`SchemaTooNew`) is refused before anything is written to it: migrations only move forward.
 """
 
 import asyncio
+import functools
 import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -14,6 +17,18 @@ from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
+
+
+class SchemaTooNew(Exception):
+    """The database holds migrations newer than this code's: a newer server wrote it. Nothing was changed."""
+
+    def __init__(self, found: int, known: int) -> None:
+        self.found = found
+        self.known = known
+        super().__init__(
+            f"the data dir's schema is version {found}; this server knows up to {known}: "
+            "upgrade the server (or restore a backup made for this version)"
+        )
 
 
 class Database:
@@ -25,12 +40,19 @@ class Database:
         self._conn: sqlite3.Connection | None = None
 
     async def open(self) -> None:
-        """Open the connection (WAL, foreign keys on) and apply pending migrations."""
+        """Open the connection (WAL, foreign keys on) and apply pending migrations.
+
+        Raises `SchemaTooNew`, having changed nothing, when a newer server migrated the database further."""
         await self._submit(self._open)
 
     def _open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            refuse_newer(conn)  # before any pragma or migration writes to it
+        except BaseException:
+            conn.close()
+            raise
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA foreign_keys=ON")
@@ -86,13 +108,50 @@ class Database:
         return await asyncio.wrap_future(self._executor.submit(fn))
 
 
-def apply_migrations(conn: sqlite3.Connection) -> list[int]:
-    """Apply every numbered migration not yet recorded; return the versions applied."""
+def check_schema_version(path: Path) -> None:
+    """Raise `SchemaTooNew` if the database at `path` was migrated past this code's newest migration.
+
+    Only reads: a missing database stays missing, an existing one is opened, queried and closed (the
+    `-wal` and `-shm` files the read makes are gone again once it closes)."""
+    if not path.exists():
+        return
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        refuse_newer(conn)
+    finally:
+        conn.close()
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    """The newest migration recorded in the database (0 for a new one)."""
+    table = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'").fetchone()
+    if table is None:
+        return 0
+    (version,) = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()
+    return int(version)
+
+
+def newest_version() -> int:
+    """The newest migration this code has."""
+    return migration_scripts()[-1][0]
+
+
+def refuse_newer(conn: sqlite3.Connection) -> None:
+    """Raise `SchemaTooNew` when the database records a migration this code doesn't have."""
+    found, known = schema_version(conn), newest_version()
+    if found > known:
+        raise SchemaTooNew(found, known)
+
+
+def apply_migrations(conn: sqlite3.Connection, up_to: int | None = None) -> list[int]:
+    """Apply every numbered migration not yet recorded (up to version `up_to`, default all); return
+    the versions applied. Raises `SchemaTooNew` (applying nothing) for a database ahead of this code."""
+    refuse_newer(conn)
     conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at REAL)")
     done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
     applied: list[int] = []
-    for version, sql in _migration_scripts():
-        if version in done:
+    for version, sql in migration_scripts():
+        if version in done or (up_to is not None and version > up_to):
             continue
         # executescript commits first, so the whole script and its record go in one explicit transaction.
         try:
@@ -109,11 +168,13 @@ def apply_migrations(conn: sqlite3.Connection) -> list[int]:
     return applied
 
 
-def _migration_scripts() -> list[tuple[int, str]]:
+@functools.cache
+def migration_scripts() -> tuple[tuple[int, str], ...]:
+    """This code's migrations, (version, SQL) in order (read once: they ship with the code)."""
     folder = resources.files("pheby") / "migrations"
     scripts: list[tuple[int, str]] = []
     for entry in folder.iterdir():
         name = entry.name
         if name.endswith(".sql") and name[:4].isdigit():
             scripts.append((int(name[:4]), entry.read_text(encoding="utf-8")))
-    return sorted(scripts)
+    return tuple(sorted(scripts))
