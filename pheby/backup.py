@@ -36,12 +36,12 @@ import sqlite3
 import stat
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
-from importlib import resources
 from pathlib import Path
 from typing import Final, Literal
 
 import msgspec
 
+from pheby.db import newest_version, schema_version
 from pheby.plugin.install import SERVER_SECRET_FILE as PLUGIN_SECRET_FILE
 from pheby.push.vapid import KEY_FILE as VAPID_KEY_FILE
 from pheby.settings import Settings, StorageKind
@@ -219,18 +219,13 @@ def _copy_database(source: Path, target: Path) -> tuple[int, set[str]]:
             try:
                 src.backup(dst)  # pages=-1: every page in one step, one read transaction
                 dst.execute("PRAGMA journal_mode=DELETE")
-                return _schema_version(dst), {row[0] for row in dst.execute(_LIVE_BLOBS)}
+                return schema_version(dst), {row[0] for row in dst.execute(_LIVE_BLOBS)}
             finally:
                 dst.close()
         finally:
             src.close()
     except sqlite3.Error as exc:
         raise BackupFailed(f"{source}: {exc}") from None
-
-
-def _schema_version(conn: sqlite3.Connection) -> int:
-    version = conn.execute("SELECT max(version) FROM schema_migrations").fetchone()[0]
-    return int(version or 0)
 
 
 async def _copy_blob(store: LocalDiskStore, key: str, dest: Path) -> FileEntry:
@@ -442,7 +437,7 @@ def _check_database(staging: Path, manifest: Manifest) -> None:
             problems = [row[0] for row in conn.execute("PRAGMA integrity_check")]
             if problems != ["ok"]:
                 raise BackupRefused(f"{DATABASE}: integrity_check failed ({'; '.join(problems[:3])})")
-            version = _schema_version(conn)
+            version = schema_version(conn)
             referenced: dict[str, int] = dict(conn.execute(_LIVE_BLOBS))
         finally:
             conn.close()
@@ -450,7 +445,7 @@ def _check_database(staging: Path, manifest: Manifest) -> None:
         raise BackupRefused(f"{DATABASE}: the database is damaged ({exc})") from None
     if version != manifest.schema_version:
         raise BackupRefused(f"{DATABASE}: schema {version}, {MANIFEST} says {manifest.schema_version}")
-    if version > (known := newest_schema()):
+    if version > (known := newest_version()):
         raise BackupRefused(
             f"{DATABASE}: schema {version} is newer than this version's ({known}): restore with the Pheby that took it"
         )
@@ -463,12 +458,6 @@ def _check_database(staging: Path, manifest: Manifest) -> None:
             raise BackupRefused(f"{path}: {DATABASE} references it but the backup does not hold it")
         if held[path] != size:
             raise BackupRefused(f"{path}: {held[path]} bytes, {DATABASE} says {size}")
-
-
-def newest_schema() -> int:
-    """The newest migration this code has (`pheby/migrations/NNNN_name.sql`)."""
-    folder = resources.files("pheby") / "migrations"
-    return max(int(e.name[:4]) for e in folder.iterdir() if e.name.endswith(".sql") and e.name[:4].isdigit())
 
 
 # --- files -------------------------------------------------------------------------------------

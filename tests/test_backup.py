@@ -19,8 +19,9 @@ from typing import Any
 import httpx
 import pytest
 
-from pheby.backup import MANIFEST, newest_schema
+from pheby.backup import MANIFEST
 from pheby.cli import main
+from pheby.db import newest_version
 from pheby.settings import Settings, resolve_secret
 from storage import BlobNotFound, LocalDiskStore
 from tests.live_server import LiveServer
@@ -161,7 +162,7 @@ async def test_a_backup_taken_under_writes_restores_into_a_server_with_every_ack
     assert during, "the writer was acknowledged while the backup ran"
     result = json.loads(out)
     assert result["storage"] == "local"
-    assert result["schema_version"] == newest_schema()
+    assert result["schema_version"] == newest_version()
     assert result["blobs"] >= len([u for u in writes.uploads if u[0] < began])
     assert set(result["secrets"]) == {"secret", "vapid_private_key.pem"}
     assert owner_secret not in out
