@@ -27,9 +27,9 @@ browser:
 		{ apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; }
 
 # The real-Hermes harness and the browser suite each run in their own pytest worker group, so they
-# overlap the rest.
+# overlap the rest; the 15 slowest tests are listed at the end, so growth shows.
 test: lint typecheck browser
-	$(VENV)/bin/pytest -n 2 --dist loadgroup
+	$(VENV)/bin/pytest -n 2 --dist loadgroup --durations=15
 
 # Refresh web/vendor/ (Preact, htm, marked, DOMPurify at the pinned versions) from npm. Only this
 # target needs npm; the vendored files are committed.
