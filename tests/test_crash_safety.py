@@ -6,16 +6,19 @@ created, restarted on the same data dir, and every acknowledged write must be th
 no temp file of the killed puts left once the start-up sweep has run. What it asserts does not depend
 on timing: whatever a kill cuts off, nothing acknowledged may be missing.
 
-The other test is the narrow form of the last point: a process killed in the middle of a blob put
-leaves its temp file in `blobs/.tmp`; the next server's start-up sweep must remove it.
+The other tests are the narrow form of the last point: a process killed in the middle of a blob put
+leaves its temp file in `blobs/.tmp`; the next server's start-up sweep must remove it, however fresh
+(the put held a lock on it, which died with the process); while the put is alive, no sweep may take
+its file, however old.
 """
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +26,7 @@ from litestar.testing import AsyncTestClient
 
 from handlers.support.app import create_app
 from pheby.settings import Settings
+from storage import LocalDiskStore
 from tests.conftest import StartUpSweep
 from tests.crash_safety import REPO_ROOT, TEMP_DIR, CrashConfig, KiB, MiB, run_crash_rounds
 
@@ -43,13 +47,6 @@ SMALL_LOAD = CrashConfig(
 )
 
 
-# The start-up sweep removes only temp files last written over an hour before (storage/local.py
-# `_sweep_temporary`, given `SWEEP_MIN_AGE_SECONDS` by pheby/store/attachments.py `sweep`): a crash's
-# are minutes old at most when the server comes back, and stay until the first hourly sweep.
-FRESH_TEMP_FILES_STAY = "the start-up sweep leaves temp files under an hour old, a crash's among them"
-
-
-@pytest.mark.xfail(reason=FRESH_TEMP_FILES_STAY, strict=False)  # strict=False: a round's kill may cut off no put
 @pytest.mark.live
 async def test_a_sigkill_under_load_loses_no_acknowledged_write_and_leaves_no_temp_file(tmp_path: Path) -> None:
     result = await run_crash_rounds(SMALL_LOAD, tmp_path)
@@ -76,8 +73,10 @@ asyncio.run(LocalDiskStore(Path(sys.argv[1])).put("attachments/a/b", body(), max
 """
 
 
-def kill_a_put_in_flight(blobs: Path) -> str:
-    """Run a put in a child process, SIGKILL it (by PID) once its temp file holds 2 MiB; its temp file."""
+@contextlib.contextmanager
+def put_in_another_process(blobs: Path) -> Iterator[str]:
+    """A put in a child process, in flight: its temp file's name once it holds 2 MiB. The child is
+    killed (SIGKILL, by PID) at the end, as a crash would end it."""
     child = subprocess.Popen([sys.executable, "-c", KILLED_PUT, str(blobs)], cwd=REPO_ROOT)
     written: list[Path] = []
     try:
@@ -87,20 +86,31 @@ def kill_a_put_in_flight(blobs: Path) -> str:
             written = [p for p in (blobs / ".tmp").glob("*") if p.stat().st_size >= 2 * MiB]
         assert child.poll() is None, "the put ended before it was killed"
         assert written, "the put wrote nothing within 30 s"
+        yield written[0].name
     finally:
         if child.poll() is None:
             os.kill(child.pid, signal.SIGKILL)
         child.wait(timeout=30)
-    return written[0].name
 
 
-@pytest.mark.xfail(reason=FRESH_TEMP_FILES_STAY)
 async def test_the_start_up_sweep_removes_the_temp_file_of_a_put_killed_in_flight(
     make_settings: Callable[..., Settings], start_up_sweep: StartUpSweep
 ) -> None:
     settings = make_settings()
-    temp = kill_a_put_in_flight(settings.data_dir / "blobs")
+    with put_in_another_process(settings.data_dir / "blobs") as temp:
+        pass
     assert os.listdir(settings.data_dir / TEMP_DIR) == [temp]
     async with AsyncTestClient(create_app(settings)):
         await start_up_sweep()
         assert os.listdir(settings.data_dir / TEMP_DIR) == []
+
+
+async def test_a_sweep_leaves_a_put_in_flight_in_another_process_however_old_its_file(tmp_path: Path) -> None:
+    store = LocalDiskStore(tmp_path / "blobs")
+    with put_in_another_process(store.root) as temp:
+        then = time.time() - 2 * 3600
+        os.utime(store.root / ".tmp" / temp, (then, then))
+        assert await store.sweep_temporary(time.time()) == 0  # the put holds its file's lock
+        assert os.listdir(store.root / ".tmp") == [temp]
+    assert await store.sweep_temporary(time.time() - 3600) == 1  # killed: nothing holds it now
+    assert os.listdir(store.root / ".tmp") == []
