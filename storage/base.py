@@ -154,7 +154,8 @@ class BlobStore(abc.ABC):
     @abc.abstractmethod
     async def sweep_temporary(self, older_than: float) -> int:
         """Remove what failed or abandoned puts left behind (temp files, incomplete uploads) that was
-        started before `older_than` (Unix time), never a put still in flight; returns how many."""
+        started before `older_than` (Unix time), or at any age where the store can tell that no put
+        holds it (local disk: a crash's leftovers at once), never a put still in flight; returns how many."""
 
     async def aclose(self) -> None:  # noqa: B027 - most stores hold nothing to release
         """Release clients and connections."""

@@ -1,7 +1,9 @@
 """Blobs as plain files under one root directory.
 
 A put streams into a temp file in `<root>/.tmp` (same file system), fsyncs it, then renames it
-into place; a create-only put hard-links it instead, so exactly one concurrent writer wins.
+into place; a create-only put hard-links it instead, so exactly one concurrent writer wins. A put
+holds an exclusive `flock` on its temp file while it writes, so the sweep tells a put in flight (in
+any process) from what a failed or killed one left, whatever its age.
 Paths below the root are walked one directory at a time with O_NOFOLLOW: a symlink planted
 inside the root is refused, never followed. The content type is kept in an extended attribute.
 All file I/O runs in worker threads, in 1 MiB pieces.
@@ -11,6 +13,7 @@ import asyncio
 import builtins
 import contextlib
 import errno
+import fcntl
 import io
 import logging
 import os
@@ -58,6 +61,10 @@ _HAS_XATTR = hasattr(os, "setxattr")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # NONBLOCK: a planted FIFO can't hang us
 _TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+# The names of this process's temp files in flight (random, so one set serves every store): its own
+# sweeps leave them whatever the file system's locks do (NFS emulates flock with POSIX locks, which
+# never conflict within one process).
+_WRITING: set[str] = set()
 
 logger = logging.getLogger(__name__)
 
@@ -130,7 +137,8 @@ class LocalDiskStore(BlobStore):
         await _run(probe)
 
     async def sweep_temporary(self, older_than: float) -> int:
-        """Remove temp files last written before `older_than` (a put in flight writes to its own often)."""
+        """Remove the temp files no put holds (a put locks its own) and, where that can't be told, those
+        last written before `older_than`; a put in flight keeps its file."""
         return await _run(self._sweep_temporary, older_than)
 
     # --- the blocking parts, run in worker threads ---
@@ -273,10 +281,11 @@ class LocalDiskStore(BlobStore):
         removed = 0
         try:
             for name in os.listdir(tmp_dir):
+                if name in _WRITING:  # a put of this process is writing it
+                    continue
                 with contextlib.suppress(FileNotFoundError):  # its put just finished or discarded it
                     st = os.stat(name, dir_fd=tmp_dir, follow_symlinks=False)
-                    if st.st_mtime < older_than and not stat.S_ISDIR(st.st_mode):
-                        os.unlink(name, dir_fd=tmp_dir)
+                    if not stat.S_ISDIR(st.st_mode) and _remove_unheld(tmp_dir, name, st.st_mtime < older_than):
                         removed += 1
         finally:
             os.close(tmp_dir)
@@ -338,12 +347,28 @@ class _PipelinedWriter:
 
 
 class _TempFile:
-    """A file being written in `<root>/.tmp`; `discard` removes it and is safe to call twice."""
+    """A file being written in `<root>/.tmp`, locked (flock) until `discard` removes it (safe to call twice).
+
+    Its name is in `_WRITING` from before the file exists until after it is gone."""
 
     def __init__(self, dir_fd: int) -> None:
         self.dir_fd = dir_fd
-        self.name = secrets.token_hex(16)
-        self.fd = os.open(self.name, _TEMP_FLAGS, 0o600, dir_fd=dir_fd)
+        self.fd = -1
+        for _ in range(3):
+            self.name = secrets.token_hex(16)
+            _WRITING.add(self.name)
+            try:
+                self.fd = os.open(self.name, _TEMP_FLAGS, 0o600, dir_fd=dir_fd)
+                if not _lock(self.fd):  # another process's sweep took it between the open and the lock
+                    os.close(self.fd)
+                    self.fd = -1
+            finally:
+                if self.fd < 0:
+                    _WRITING.discard(self.name)
+            if self.fd >= 0:
+                break
+        else:
+            raise OSError(errno.EAGAIN, "temp files were swept away as they were made")
         self._unflushed = 0
         self._flushed = 0
 
@@ -378,6 +403,45 @@ class _TempFile:
             logger.warning("could not remove temp file %s (%s)", self.name, err.strerror or type(err).__name__)
         finally:
             self.fd = self.dir_fd = -1
+            _WRITING.discard(self.name)
+
+
+def _lock(fd: int) -> bool:
+    """Lock a new temp file for its put; False if a sweep got it first (it unlinks what it locks)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError:  # no locks on this file system: the sweep goes by age there
+        return True
+    return os.fstat(fd).st_nlink > 0
+
+
+def _remove_unheld(dir_fd: int, name: str, old: bool) -> bool:
+    """Unlink the temp file `name` unless a put in flight holds its lock, holding the lock meanwhile (a
+    put whose new file a sweep locked first makes another); where no lock can be taken, only if `old`."""
+    try:
+        fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        raise
+    except OSError:  # a symlink or something else planted there: by age
+        fd = -1
+    try:
+        if fd >= 0:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False  # a put in flight, in another process
+            except OSError:  # no locks on this file system
+                if not old:
+                    return False
+        elif not old:
+            return False
+        os.unlink(name, dir_fd=dir_fd)
+        return True
+    finally:
+        if fd >= 0:
+            os.close(fd)
 
 
 class _FileReader(BlobReader):
