@@ -1,5 +1,8 @@
-"""The README's handler index names every route and message module, so it can't drift unnoticed."""
+"""The README's handler index names every route and message module, and docs/scaling.md only seams that
+exist, so neither can drift unnoticed."""
 
+import importlib
+import re
 from pathlib import Path
 
 from handlers.support.app import ROUTES
@@ -28,3 +31,25 @@ def test_every_package_of_pheby_has_a_layout_row() -> None:
     packages = {f"`{init.parent.relative_to(root).as_posix()}/`" for init in (root / "pheby").rglob("__init__.py")}
     assert packages - rows == set()
     assert "the run engine" in layout
+
+
+def test_every_seam_docs_scaling_names_is_in_the_code() -> None:
+    """docs/scaling.md plans around named seams of the code: each `pheby.x.Y` it names must exist."""
+    scaling = (Path(__file__).resolve().parent.parent / "docs" / "scaling.md").read_text(encoding="utf-8")
+    names = set(re.findall(r"`((?:pheby|storage|scheduler)(?:\.\w+)+)", scaling))
+    seams = ("pheby.db.Database", "pheby.protocol.hub.Hub", "pheby.runs.engine.RunManager")
+    seams += ("scheduler.running_scheduler", "pheby.revocation.Revocations")
+    for seam in seams:  # the seams the plan changes: the database, fan-out, run ownership, the scheduler, revocation
+        assert any(name == seam or name.startswith(seam + ".") for name in names), seam
+    for name in sorted(names):
+        parts = name.split(".")
+        for split in range(len(parts), 0, -1):  # the longest importable prefix, then attributes
+            try:
+                found: object = importlib.import_module(".".join(parts[:split]))
+            except ModuleNotFoundError:
+                continue
+            for attribute in parts[split:]:
+                found = getattr(found, attribute)
+            break
+        else:
+            raise AssertionError(f"{name} is not in the code")
