@@ -1,5 +1,6 @@
 """Web Push against a real hermes-agent 0.19.0: the fake LLM's dangerous command asks for approval, the
-background account is pushed, and the answer from the notification lets the command really run."""
+background account is pushed, the answer from the notification lets the command really run, and the
+run's end is pushed (the threshold set to 0 s)."""
 
 from collections.abc import Callable
 
@@ -27,6 +28,7 @@ async def test_an_approval_is_pushed_and_answered_from_the_notification(
             hermes_url=real_hermes.base_url,
             hermes_api_key=real_hermes.api_key,
             push_allow_hosts=(PUSH_HOST,),
+            push_run_seconds=0.0,  # every run is long enough: its end is pushed too
         )
     )
     async with pushing_on(server, push_service) as pushing:
@@ -49,7 +51,11 @@ async def test_an_approval_is_pushed_and_answered_from_the_notification(
         assert not real_hermes.danger_dir.exists()  # approved from the notification: the command really ran
         restore_danger_dir(real_hermes)  # as the gateway's other tests expect to find it
         assert (await pushing.answer(action_token(push, "once"), "once")).status_code == 404
-        _, dismiss = await subscription.wait_for(2, timeout=5)
+        _, dismiss, finished_push = await subscription.wait_for(3, timeout=5)
         assert (dismiss.payload["type"], dismiss.payload["tag"]) == ("dismiss", push.payload["tag"])
+        assert (finished_push.payload["type"], finished_push.payload["title"]) == (
+            "run_finished",
+            "Your agent has finished",
+        )
         await phone.close()
         await laptop.close()
