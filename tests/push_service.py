@@ -665,20 +665,10 @@ class BrowserSubscription:
             return refused
 
 
-class PushService:
-    """A loopback push service: hands out :class:`BrowserSubscription`\\ s and checks what is sent to them.
+class _OnLoopback:
+    """What both loopback servers share: started and stopped (also as a context manager), on a port."""
 
-    ``with PushService() as service:`` (or the ``push_service`` fixture); :meth:`expect_vapid` before the first
-    push, with the key and subject the server signs with.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._subscriptions: dict[str, BrowserSubscription] = {}
-        self._expected: _VapidExpectation | None = None
-        self._requests_total = 0
-        self._unrouted: list[Rejection] = []  # requests to no subscription
-        self._loopback = _Loopback(self._respond, "push-service")
+    _loopback: _Loopback
 
     def start(self) -> Self:
         self._loopback.start()
@@ -697,6 +687,22 @@ class PushService:
     @property
     def port(self) -> int:
         return self._loopback.port
+
+
+class PushService(_OnLoopback):
+    """A loopback push service: hands out :class:`BrowserSubscription`\\ s and checks what is sent to them.
+
+    ``with PushService() as service:`` (or the ``push_service`` fixture); :meth:`expect_vapid` before the first
+    push, with the key and subject the server signs with.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._subscriptions: dict[str, BrowserSubscription] = {}
+        self._expected: _VapidExpectation | None = None
+        self._requests_total = 0
+        self._unrouted: list[Rejection] = []  # requests to no subscription
+        self._loopback = _Loopback(self._respond, "push-service")
 
     @property
     def origin(self) -> str:
@@ -755,30 +761,13 @@ class PushService:
         return subscription._handle(request, expected)
 
 
-class RecordingListener:
+class RecordingListener(_OnLoopback):
     """A loopback HTTP server that answers ``201`` to every request and records it: shows what was contacted."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._requests: list[RecordedRequest] = []
         self._loopback = _Loopback(self._respond, "recording-listener")
-
-    def start(self) -> Self:
-        self._loopback.start()
-        return self
-
-    def stop(self) -> None:
-        self._loopback.stop()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def port(self) -> int:
-        return self._loopback.port
 
     @property
     def url(self) -> str:
