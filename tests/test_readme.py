@@ -37,9 +37,15 @@ def test_every_seam_docs_scaling_names_is_in_the_code() -> None:
     """docs/scaling.md plans around named seams of the code: each `pheby.x.Y` it names must exist."""
     scaling = (Path(__file__).resolve().parent.parent / "docs" / "scaling.md").read_text(encoding="utf-8")
     names = set(re.findall(r"`((?:pheby|storage|scheduler)(?:\.\w+)+)", scaling))
-    seams = ("pheby.db.Database", "pheby.protocol.hub.Hub", "pheby.runs.engine.RunManager")
-    seams += ("scheduler.running_scheduler", "pheby.revocation.Revocations")
-    for seam in seams:  # the seams the plan changes: the database, fan-out, run ownership, the scheduler, revocation
+    # The seams the plan changes: the database, fan-out, run ownership, the scheduler, revocation.
+    seams = (
+        "pheby.db.Database",
+        "pheby.protocol.hub.Hub",
+        "pheby.runs.engine.RunManager",
+        "scheduler.running_scheduler",
+        "pheby.revocation.Revocations",
+    )
+    for seam in seams:
         assert any(name == seam or name.startswith(seam + ".") for name in names), seam
     for name in sorted(names):
         parts = name.split(".")
