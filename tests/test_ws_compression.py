@@ -40,6 +40,15 @@ def test_small_frames_go_uncompressed_and_make_no_compressor() -> None:
     assert len(small.data) < MIN_COMPRESSED_BYTES
 
 
+def test_control_frames_make_no_compressor() -> None:
+    """The keepalive ping every 30 s (and pong, close) is never compressed: it must not make a compressor,
+    which nothing would release (about 22 KiB per idle connection)."""
+    server, _ = pair()
+    for control in (Frame(Opcode.PING, b"keepalive"), Frame(Opcode.PONG, b""), Frame(Opcode.CLOSE, b"\x03\xe8")):
+        assert server.encode(control) == control
+        assert not server.holds_encoder()
+
+
 def test_a_released_compressor_starts_afresh_and_the_client_still_decodes() -> None:
     server, client = pair()
     for index, text in enumerate(cumulative_texts(400)):

@@ -36,7 +36,7 @@ from uvicorn._types import ASGISendEvent
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.extensions.base import Extension, ServerExtensionFactory
 from websockets.extensions.permessage_deflate import PerMessageDeflate, ServerPerMessageDeflateFactory
-from websockets.frames import Frame, Opcode
+from websockets.frames import CTRL_OPCODES, Frame, Opcode
 from websockets.typing import ExtensionParameter
 
 SERVER_MAX_WINDOW_BITS = 15
@@ -61,6 +61,8 @@ class ReleasablePerMessageDeflate(PerMessageDeflate):
         return "encoder" in self.__dict__
 
     def encode(self, frame: Frame) -> Frame:
+        if frame.opcode in CTRL_OPCODES:
+            return frame  # never compressed: a keepalive ping must not make a compressor nothing releases
         if frame.fin and frame.opcode in (Opcode.TEXT, Opcode.BINARY) and len(frame.data) < MIN_COMPRESSED_BYTES:
             return frame  # too small to pay: sent as is (RSV1 clear), and no compressor is made for it
         if not self.holds_encoder() and not self.local_no_context_takeover:
