@@ -12,6 +12,7 @@ runs the earlier WebSocket scenarios through another server: everything falls ba
 import asyncio
 import contextlib
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -428,13 +429,26 @@ def test_the_plugin_raises_nothing_in_the_gateway(plugin_setup: PluginSetup) -> 
     log = plugin_setup.hermes.gateway_log.read_text(encoding="utf-8", errors="replace")
     assert "[pheby_bridge] ready" in log
     # Hermes logs a failing hook or middleware under its plugin loader's name; a crash has the plugin's frames.
+    # A line naming another plugin's hook callback (0.22's bundled raft platform's `_on_session_start`, skipped
+    # once it timed out on a loaded machine) is that plugin's, not this one's.
     complaints = [
         line
         for line in log.splitlines()
-        if ("hermes_cli.plugins" in line or "pheby_bridge:" in line) and (" WARNING " in line or " ERROR " in line)
+        if ("hermes_cli.plugins" in line or "pheby_bridge:" in line)
+        and (" WARNING " in line or " ERROR " in line)
+        and not _names_another_plugins_callback(line)
     ]
     assert complaints == []
     assert "plugins/pheby_bridge/" not in log
+
+
+# pheby_bridge's hook callbacks (hermes_plugin/pheby_bridge/hooks.py registers them under these names).
+OUR_CALLBACKS = frozenset({"pre_tool_call", "post_tool_call", "post_llm_call", "on_session_end"})
+
+
+def _names_another_plugins_callback(line: str) -> bool:
+    named = re.search(r"callback (\w+)", line)
+    return named is not None and named.group(1) not in OUR_CALLBACKS
 
 
 # --- without the service --------------------------------------------------------------------------
