@@ -80,7 +80,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -92,8 +92,17 @@ from websockets.exceptions import ConnectionClosed
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
-import hermes_client as hc
-from bench.support import DemoChild, free_port, raise_nofile_limit, serve_child, stop_process, wait_until_up
+from bench.support import (
+    DemoChild,
+    RecordedDelta,
+    free_port,
+    raise_nofile_limit,
+    record_run_deltas,
+    serve_child,
+    stop_process,
+    wait_until_up,
+    write_atomically,
+)
 from bench.ws_stream import percentile
 from pheby.db import Database
 from pheby.files.media_tags import visible_draft
@@ -141,33 +150,11 @@ def ms(values: Sequence[float], q: float) -> float:
 
 # --- the server child: its runs' deltas recorded, one file per run ------------------------------------
 
-RecordedDelta = tuple[str, float, float]  # delta, Hermes's timestamp, time the server's reader got it
-
 
 def install_run_recorder(directory: Path) -> None:
-    """Wrap `HermesClient.run_event_batches` (in this process) so each run's text deltas are written to
-    `directory/<hermes run id>.json` as `[[delta, timestamp, received], ...]` when its stream ends."""
-    original = hc.HermesClient.run_event_batches
-
-    async def recording(
-        self: hc.HermesClient,
-        run_id: str,
-        last_event_id: int | str | None = None,
-        *,
-        read_pause: hc.ReadPause | None = None,
-    ) -> AsyncGenerator[list[hc.RunEvent], None]:
-        deltas: list[RecordedDelta] = []
-        try:
-            async for batch in original(self, run_id, last_event_id, read_pause=read_pause):
-                received = time.time()
-                deltas.extend((e.delta, e.timestamp, received) for e in batch if isinstance(e, hc.MessageDelta))
-                yield batch
-        finally:
-            partial = directory / f"{run_id}.partial"
-            partial.write_text(json.dumps(deltas))
-            os.replace(partial, directory / f"{run_id}.json")
-
-    hc.HermesClient.run_event_batches = recording  # type: ignore[method-assign]
+    """Record each run's text deltas (`bench.support.record_run_deltas`) to `directory/<hermes run id>.json`
+    as `[[delta, timestamp, received], ...]` when its stream ends."""
+    record_run_deltas(lambda run_id, deltas: write_atomically(directory / f"{run_id}.json", json.dumps(deltas)))
 
 
 def serve_recording_child(flags_json: str, record_dir: str, cpus: str) -> None:

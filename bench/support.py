@@ -86,11 +86,10 @@ def serve_child(flags_json: str) -> None:
 RecordedDelta = tuple[str, float, float]  # delta, Hermes's timestamp, time the server's reader got it
 
 
-def install_delta_recorder(path: Path) -> None:
-    """Wrap `HermesClient.run_event_batches` (in this process) so each run's text deltas are written to
-    `path` as `{"seq": n, "deltas": [[delta, timestamp, received], ...]}` when its stream ends (n counts runs)."""
+def record_run_deltas(write: Callable[[str, list[RecordedDelta]], None]) -> None:
+    """Wrap `HermesClient.run_event_batches` (in this process) so each run's text deltas, with Hermes's
+    timestamp and when the reader got them, are handed to `write(hermes run id, deltas)` when its stream ends."""
     original = hc.HermesClient.run_event_batches
-    runs = itertools.count(1)
 
     async def recording(
         self: hc.HermesClient,
@@ -106,11 +105,22 @@ def install_delta_recorder(path: Path) -> None:
                 deltas.extend((e.delta, e.timestamp, received) for e in batch if isinstance(e, hc.MessageDelta))
                 yield batch
         finally:
-            partial = path.with_suffix(".partial")
-            partial.write_text(json.dumps({"seq": next(runs), "deltas": deltas}))
-            os.replace(partial, path)
+            write(run_id, deltas)
 
     hc.HermesClient.run_event_batches = recording  # type: ignore[method-assign]
+
+
+def write_atomically(path: Path, text: str) -> None:
+    partial = path.with_suffix(".partial")
+    partial.write_text(text)
+    os.replace(partial, path)
+
+
+def install_delta_recorder(path: Path) -> None:
+    """Record each run's text deltas (`record_run_deltas`) to `path` as `{"seq": n, "deltas": [[delta,
+    timestamp, received], ...]}` when its stream ends (n counts runs)."""
+    runs = itertools.count(1)
+    record_run_deltas(lambda _, deltas: write_atomically(path, json.dumps({"seq": next(runs), "deltas": deltas})))
 
 
 def read_recorded_deltas(path: Path, seq: int, timeout: float) -> list[RecordedDelta]:
