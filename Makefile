@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck unit clean vendor browser
+.PHONY: run test checks lint typecheck unit clean vendor browser hermes-venvs
 
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -26,10 +26,19 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || test -x /usr/bin/chromium || \
 		{ apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; }
 
-# The real-Hermes harness and the browser suite each run in their own pytest worker group, so they
-# overlap the rest; the 15 slowest tests are listed at the end, so growth shows.
-test: lint typecheck browser
-	$(VENV)/bin/pytest -n 2 --dist loadgroup --durations=15
+# The real gateways' virtualenvs (hermes-agent 0.19.0 and the 0.22-era fork) are built while lint and mypy
+# run, so no test waits for pip.
+hermes-venvs: $(STAMP)
+	$(VENV)/bin/python -m tests.real_hermes
+
+checks: lint typecheck hermes-venvs
+
+# Each real gateway, each browser module and the OpenAPI fuzzing run in pytest worker groups of their own,
+# so they overlap each other and the rest; four workers, as most tests wait on servers rather than compute.
+# The 15 slowest tests are listed at the end, so growth shows.
+test: browser
+	$(MAKE) --no-print-directory -j 3 checks
+	$(VENV)/bin/pytest -n 4 --dist loadgroup --durations=15
 
 # Refresh web/vendor/ (Preact, htm, marked, DOMPurify at the pinned versions) from npm. Only this
 # target needs npm; the vendored files are committed.

@@ -41,6 +41,12 @@ class LoopbackResolver(Resolver):
         return list(addresses)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked `last_in_group` go to the end, so on their xdist worker they run after the rest of their
+    group: a join of work started early (a cron tick to wait for) overlaps the whole group, not one module."""
+    items.sort(key=lambda item: item.get_closest_marker("last_in_group") is not None)
+
+
 @pytest.fixture(autouse=True)
 def no_dns(monkeypatch: pytest.MonkeyPatch) -> None:
     """Servers run in the test process resolve push endpoints with `LoopbackResolver`."""

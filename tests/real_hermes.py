@@ -23,7 +23,10 @@ Helpers for tests that need their own gateway (a different config, a restart, ..
 
 Tests that use ``real_hermes`` should be marked ``hermes``, ``live`` and ``xdist_group("hermes")`` so one
 pytest-xdist worker owns the gateway; tests that use ``real_hermes_next`` likewise with ``xdist_group("hermes-next")``,
-so the two gateways run on different workers, in parallel.
+so the two gateways run on different workers, in parallel. Tests that start gateways of their own need no shared
+one: they go in groups of their own (``hermes-plugin``, ``hermes-own-gateways``, ...) to run beside those.
+
+``python -m tests.real_hermes`` builds both targets' virtualenvs (``make test`` does, before pytest).
 """
 
 from __future__ import annotations
@@ -570,3 +573,13 @@ def real_hermes_next(hermes_next_venv: Path, tmp_path_factory: pytest.TempPathFa
 def hermes_down_base_url() -> str:
     """A loopback base URL with nothing listening, for "Hermes is not running" tests."""
     return f"http://127.0.0.1:{unused_tcp_port()}"
+
+
+if __name__ == "__main__":
+    # `python -m tests.real_hermes` (make test, before pytest): build both targets' virtualenvs at once, so
+    # the test workers find them ready.
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(HERMES_TARGETS)) as pool:
+        for built in pool.map(HermesTarget.ensure_venv, HERMES_TARGETS):
+            print(f"ready: {built}")

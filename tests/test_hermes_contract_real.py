@@ -7,8 +7,9 @@ apart from the documented extensions the demo adds (tool_call_id, args, clarify)
 0.19.0 lacks are asserted on the double only; their test names say so.
 
 The jobs scenario waits for the gateway's cron scheduler, which ticks every 60 s. So the module starts it
-in a background thread as soon as the first test of the module runs (``real_jobs_scenario``), lets the
-other tests run meanwhile, and collects it in the last test of the module.
+in a background thread as soon as the first test of the module runs (``real_jobs_scenario``, kept for the
+session), lets the other tests of the gateway's group run meanwhile, and collects it in a test marked
+``last_in_group``, which runs after all of them.
 
 Finally, the client's four error kinds are checked against real failures: nothing listening
 (``HermesUnavailable``), a wrong key (``HermesRejected`` 401), an unknown run (``HermesNotFound``) and a
@@ -218,9 +219,10 @@ async def play_on_real_hermes(name: str, hermes: RealHermes, client: HermesClien
     return real
 
 
-@pytest.fixture(scope="module", autouse=True)
+@pytest.fixture(scope="session", autouse=True)
 def real_jobs_scenario(real_hermes: RealHermes) -> Iterator[BackgroundScenario]:
-    """The real jobs scenario, started with the module's first test so its wait on the cron tick overlaps."""
+    """The real jobs scenario, started with the module's first test so its wait on the cron tick overlaps the
+    rest of the group (its job is made by this client, so no server of another test owns or lists it)."""
     with jobs_scenario_in_background(real_hermes) as background:
         yield background
 
@@ -454,6 +456,7 @@ async def test_malformed_bodies_are_upstream_errors(malformed_hermes_url: str) -
 # --- last: the background jobs scenario ---------------------------------------------------------------
 
 
+@pytest.mark.last_in_group
 async def test_jobs_lifecycle_on_real_hermes_and_the_demo_matches_it(
     real_jobs_scenario: BackgroundScenario, demo_hermes: DemoHermesServer
 ) -> None:

@@ -17,7 +17,7 @@ from tests.live_server import LiveServer, free_port
 from tests.real_hermes import RealHermes, hermes_gateway
 from tests.ws_client import PhebyClient
 
-pytestmark = [pytest.mark.anyio, pytest.mark.hermes, pytest.mark.live, pytest.mark.xdist_group("hermes")]
+pytestmark = [pytest.mark.anyio, pytest.mark.hermes, pytest.mark.live, pytest.mark.xdist_group("hermes-own-gateways")]
 
 COMPACTING = {
     "model": {"context_length": 64000, "max_tokens": 40000},

@@ -35,7 +35,7 @@ from tests.test_plugin_real_hermes import (
     test_yolo_for_one_conversation_keeps_hard_limits,
 )
 
-pytestmark = [pytest.mark.anyio, pytest.mark.hermes, pytest.mark.live, pytest.mark.xdist_group("hermes-next")]
+pytestmark = [pytest.mark.anyio, pytest.mark.hermes, pytest.mark.live, pytest.mark.xdist_group("hermes-next-plugin")]
 
 # The plugin's extras this gateway has natively (the server turns them off here and uses its own path).
 NATIVE_HERE: Final = frozenset({"model", "reasoning"})

@@ -36,7 +36,7 @@ from tests.live_server import LiveServer, _Runner, free_port
 from tests.real_hermes import RealHermes, hermes_gateway
 from tests.ws_client import Frame, PhebyClient
 
-pytestmark = [pytest.mark.anyio, pytest.mark.hermes, pytest.mark.live, pytest.mark.xdist_group("hermes")]
+pytestmark = [pytest.mark.anyio, pytest.mark.hermes, pytest.mark.live, pytest.mark.xdist_group("hermes-plugin")]
 
 OWNER: Final = {"Authorization": f"Bearer {TEST_SECRET}"}
 CLARIFY_TIMEOUT: Final = 4.0
@@ -493,6 +493,7 @@ async def test_earlier_scenarios_pass_while_the_service_is_down(plugin_setup: Pl
         runner.stop()
 
 
+@pytest.mark.xdist_group("hermes")  # on the shared gateway, so with its group
 async def test_earlier_scenarios_pass_with_the_plugin_absent(
     real_hermes: RealHermes, tmp_path: Path, make_settings: Callable[..., Settings]
 ) -> None:

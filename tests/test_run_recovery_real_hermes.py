@@ -104,6 +104,7 @@ def own_gateway(hermes_venv: Path, tmp_path: Path) -> Iterator[RealHermes]:
         yield hermes
 
 
+@pytest.mark.xdist_group("hermes-own-gateways")  # its gateway is its own: no need to wait for the shared one's
 @pytest.mark.parametrize("cut_first", [False, True], ids=["streaming", "stream-cut-before"])
 async def test_a_killed_hermes_fails_the_run_and_the_conversation_works_once_it_is_back(
     start_live_server: Callable[[Settings], LiveServer],

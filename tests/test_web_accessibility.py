@@ -13,7 +13,7 @@ from playwright.sync_api import Browser, Page, expect
 from tests.browser import WebPage, open_page
 from tests.live_server import LiveServer
 
-pytestmark = [pytest.mark.live, pytest.mark.xdist_group("browser")]
+pytestmark = [pytest.mark.live, pytest.mark.xdist_group("browser-accessibility")]
 
 PHONE = {"viewport": {"width": 390, "height": 844}, "is_mobile": True, "has_touch": True}
 AXE = Axe()

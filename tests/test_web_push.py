@@ -40,7 +40,7 @@ from tests.browser import (
 from tests.live_server import LiveServer
 from tests.push_service import BrowserSubscription, PushService
 
-pytestmark = [pytest.mark.live, pytest.mark.xdist_group("browser")]
+pytestmark = [pytest.mark.live, pytest.mark.xdist_group("browser-push")]
 
 PUSH_SUBSCRIPTION_KEY = "pheby.push-subscription"  # web/lib/push.js
 
