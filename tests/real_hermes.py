@@ -284,9 +284,8 @@ def ensure_hermes_venv(
             return hermes
         base_python = python or os.environ.get("PHEBY_HERMES_PYTHON") or sys.executable
         deadline = time.monotonic() + timeout
-        install_log = (
-            Path(tempfile.gettempdir()) / f"{INSTALL_LOG_NAME}.{venv_dir.name}.{os.getpid()}"
-        )  # targets may install at once
+        # Named by target too: `python -m tests.real_hermes` installs both targets at once in one process.
+        install_log = Path(tempfile.gettempdir()) / f"{INSTALL_LOG_NAME}.{venv_dir.name}.{os.getpid()}"
         commands = [
             [base_python, "-m", "venv", "--clear", str(venv_dir)],
             [
