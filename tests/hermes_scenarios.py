@@ -41,6 +41,7 @@ from hermes_client import (
     RunFailed,
     RunHandle,
     RunSteered,
+    Session,
     ToolCompleted,
     ToolStarted,
     UnknownEvent,
@@ -416,9 +417,19 @@ async def sessions_crud(client: HermesClient, prompts: ScenarioPrompts, *, timeo
         renamed = await client.rename_session(session.id, f"{title} renamed")
         assert renamed.title == f"{title} renamed"
         await client.delete_session(session.id)
-        with pytest.raises(HermesNotFound) as gone:
-            await client.get_session(session.id)
-        assert gone.value.code == "session_not_found"
+        left: Session | None = None
+        try:
+            left = await client.get_session(session.id)
+        except HermesNotFound as gone:
+            not_found_code = gone.code
+        if left is None:
+            assert not_found_code == "session_not_found"
+        else:
+            # The 0.22-era gateway's title upgrade (a thread started with the turn, its LLM call late on a
+            # loaded machine) can write the row again after the delete: an empty one, source "unknown". The
+            # transcript stays gone. See docs/hermes-versions.md.
+            assert (left.source, left.message_count) == ("unknown", 0), left
+            assert await client.session_messages(session.id) == []
     return record
 
 
