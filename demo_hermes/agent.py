@@ -32,6 +32,7 @@ CLARIFY_QUESTION: Final = "Deploy to staging or production?"
 CLARIFY_CHOICES: Final = ["staging", "production"]
 SLOW_DELTAS: Final = 100
 SLOW_DELAY: Final = 0.05
+CHUNKS_DELAY: Final = 0.05
 TOOL_SECONDS: Final = 0.05
 
 
@@ -107,6 +108,15 @@ async def _slow(turn: Turn) -> None:
     await turn.say("".join(ticks), chunks=ticks, delay=SLOW_DELAY)
 
 
+async def _chunks(turn: Turn) -> None:
+    """`/demo chunks <a>|<b>|...`: each piece streamed verbatim as one delta (``\\n`` is a newline), 50 ms
+    apart; the answer is their text."""
+    rest = turn.text.split(maxsplit=2)
+    pieces = [piece.replace("\\n", "\n") for piece in (rest[2] if len(rest) > 2 else "").split("|")]
+    chunks = [piece for piece in pieces if piece] or ["(no chunks)"]
+    await turn.say("".join(chunks), chunks=chunks, delay=CHUNKS_DELAY)
+
+
 async def _fail(turn: Turn) -> None:
     """`/demo fail [error text]`: the run fails with that text (as a provider's error would read)."""
     words = turn.text.split(maxsplit=2)
@@ -134,6 +144,7 @@ _DIRECTIVES: Final[dict[str, Callable[[Turn], Awaitable[None]]]] = {
     "document": _document,
     "files": _files,
     "slow": _slow,
+    "chunks": _chunks,
     "fail": _fail,
     "echo": _echo,
     **NEWER_DIRECTIVES,

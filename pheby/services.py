@@ -53,7 +53,9 @@ class Services:
         self.push_action_limiter = FailureLimiter(db, "push_action", limit=10)  # answers with a wrong token
         self.sockets_before_hello = AddressSlots(limit=8)
         self.hub = CoalescingHub(
-            max_sockets=settings.ws_max_connections, delta_window_seconds=settings.ws_delta_window_ms / 1000
+            max_sockets=settings.ws_max_connections,
+            delta_window_seconds=settings.ws_delta_window_ms / 1000,
+            append_window_seconds=settings.ws_append_window_ms / 1000,
         )
         self.conversations = Conversations(db)
         self.history = HistoryPages(db, self.conversations)  # conversation.open's pages, from the log when in sync

@@ -67,6 +67,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     ws_pre_hello_bytes: Annotated[int, msgspec.Meta(ge=64 * 1024)] = 16 * MiB
     # PHEBY_WS_DELTA_WINDOW_MS: at most one `message.delta` per run per this many ms (0: every delta).
     ws_delta_window_ms: Annotated[int, msgspec.Meta(ge=0, le=10_000)] = 100
+    # PHEBY_WS_APPEND_WINDOW_MS: the same for connections that asked for append deltas (`delta_append`).
+    ws_append_window_ms: Annotated[int, msgspec.Meta(ge=0, le=10_000)] = 25
     # PHEBY_WS_COMPRESSION: accept permessage-deflate from clients that offer it.
     ws_compression: bool = True
     # PHEBY_BODY_IDLE_TIMEOUT: seconds a request body may stall (no bytes at all) before a 408.
@@ -159,6 +161,7 @@ ENV_NAMES: dict[str, str] = {
     "ws_max_connections": "PHEBY_WS_MAX_CONNECTIONS",
     "ws_pre_hello_bytes": "PHEBY_WS_PRE_HELLO_BYTES",
     "ws_delta_window_ms": "PHEBY_WS_DELTA_WINDOW_MS",
+    "ws_append_window_ms": "PHEBY_WS_APPEND_WINDOW_MS",
     "ws_compression": "PHEBY_WS_COMPRESSION",
     "body_idle_timeout": "PHEBY_BODY_IDLE_TIMEOUT",
     "attachment_max_bytes": "PHEBY_ATTACHMENT_MAX_BYTES",

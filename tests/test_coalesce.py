@@ -223,16 +223,16 @@ async def test_coalescing_hub_with_a_real_loop_and_connection() -> None:
 # --- how long a message's text is held back (what its run's reader waits for) ------------------------
 
 
-def test_held_for_is_the_time_left_in_the_messages_window_else_zero(
+def test_held_for_is_the_time_left_in_the_messages_window_else_none(
     coalescer: DeltaCoalescer, loop: FakeLoop, sent: list[tuple[str, Event]]
 ) -> None:
-    assert coalescer.held_for("m1") == 0.0  # before the first text: it would go out at once
+    assert coalescer.held_for("m1") is None  # before the first text: it would go out at once
     coalescer.broadcast("a1", delta("one "))
     assert coalescer.held_for("m1") == pytest.approx(WINDOW)  # sent at once; the next waits for the window
     loop.advance(0.03)
     coalescer.broadcast("a1", delta("one two "))
     assert coalescer.held_for("m1") == pytest.approx(WINDOW - 0.03)
-    assert coalescer.held_for("m2") == 0.0  # another message's window is its own
+    assert coalescer.held_for("m2") is None  # another message's window is its own
     loop.advance(WINDOW - 0.03)  # the window ends: the delta goes out and a new window starts
     assert texts(sent) == ["one ", "one two "]
     assert coalescer.held_for("m1") == pytest.approx(WINDOW)
@@ -242,7 +242,7 @@ def test_held_for_is_the_time_left_in_the_messages_window_else_zero(
     assert texts(sent)[-2:] == ["one two three ", "ToolEvent"]
     assert coalescer.held_for("m1") == pytest.approx(WINDOW)
     loop.advance(WINDOW)  # a window with nothing new: the next text would go out at once
-    assert coalescer.held_for("m1") == 0.0
+    assert coalescer.held_for("m1") is None
 
 
 def test_a_held_delta_sent_just_before_its_window_ends_keeps_the_pace_of_one_a_window(
@@ -270,9 +270,9 @@ def test_a_held_delta_sent_just_before_its_window_ends_keeps_the_pace_of_one_a_w
     assert loop.live_timers() == 0
 
 
-def test_held_for_is_zero_at_window_zero(sent: list[tuple[str, Event]], loop: FakeLoop) -> None:
+def test_held_for_is_none_at_window_zero(sent: list[tuple[str, Event]], loop: FakeLoop) -> None:
     coalescer = DeltaCoalescer(lambda account, event: sent.append((account, event)), 0, cast(Any, loop))
     for text in ("one ", "one two "):
         coalescer.broadcast("a1", delta(text))
-        assert coalescer.held_for("m1") == 0.0
+        assert coalescer.held_for("m1") is None
     assert texts(sent) == ["one ", "one two "]

@@ -20,16 +20,20 @@ class PhebyClient:
     def __init__(self, ws: ClientConnection) -> None:
         self.ws = ws
         self.frames: list[Frame] = []
+        self.raw: list[str | bytes] = []  # each frame as it came, for byte-for-byte checks
         self._cursor = 0
         self._arrived = asyncio.Condition()
         self._reader = asyncio.create_task(self._read())
 
     @classmethod
-    async def connect(cls, url: str, secret: str | None = None, **kwargs: Any) -> Self:
-        """Connect; with a secret, also say hello and wait for `ready`."""
+    async def connect(
+        cls, url: str, secret: str | None = None, *, features: list[str] | None = None, **kwargs: Any
+    ) -> Self:
+        """Connect; with a secret, also say hello (asking for `features`, if given) and wait for `ready`."""
         client = cls(await connect(url, max_size=None, **kwargs))
         if secret is not None:
-            await client.send("hello", secret=secret, protocol_version=1)
+            asked = {} if features is None else {"features": features}
+            await client.send("hello", secret=secret, protocol_version=1, **asked)
             await client.expect("ready")
         return client
 
@@ -37,6 +41,7 @@ class PhebyClient:
         try:
             async for raw in self.ws:
                 async with self._arrived:
+                    self.raw.append(raw)
                     self.frames.append(json.loads(raw))
                     self._arrived.notify_all()
         except Exception:

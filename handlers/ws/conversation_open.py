@@ -14,7 +14,8 @@ snapshot must hold everything broadcast before it and nothing that is broadcast 
   committed after that read is announced after the reply is queued;
 - a `message.delta` still held back by the coalescing (pheby/protocol/coalesce.py) carries the newest
   text broadcast, which is the run's draft the snapshot shows: sent after the snapshot, it
-  repeats the snapshot's text, never an older one.
+  repeats the snapshot's text, never an older one; to a client taking append deltas it carries the whole
+  text (offset 0), the snapshot having replaced the draft it held.
 """
 
 from typing import Annotated
@@ -59,6 +60,8 @@ async def handle(ctx: WsContext, msg: ConversationOpen) -> None:
         shown = runs.with_finished_turns(conversation.id, shown)
     messages, has_more = page(shown, limit, msg.before_message_id)
     run, tools, approvals, clarifications = runs.snapshot(conversation.id)
+    if run is not None:
+        ctx.connection.forget_draft(run.message_id)  # the snapshot replaces the client's draft: next, the whole text
     ctx.reply(
         ConversationHistory(
             request_id=rid(msg.request_id),

@@ -13,6 +13,7 @@ from typing import Any
 
 from litestar import WebSocket, websocket
 from litestar.di import NamedDependency
+from msgspec import UNSET
 
 from handlers.ws.support.context import WsContext, error_for, rid
 from handlers.ws.support.frames import FrameError, decode, receive_frame
@@ -20,6 +21,7 @@ from handlers.ws.support.handshake import CLOSE_POLICY_VIOLATION, event_code, ha
 from handlers.ws.support.registry import dispatch
 from pheby import metrics
 from pheby.errors import RateLimited
+from pheby.protocol.append import DELTA_APPEND
 from pheby.protocol.frames import Event, Ready, encode_event, error_event
 from pheby.protocol.hub import CLOSE_TRY_AGAIN_LATER, Connection
 from pheby.services import Services
@@ -46,7 +48,7 @@ async def _authenticated(socket: WebSocket[Any, Any, Any], services: Services) -
     hello = await handshake(socket, services, address)
     if hello is None:
         return
-    principal, hello_request_id = hello
+    principal, hello_request_id, features = hello
     connection = Connection(
         principal.account.id,
         socket.send_text,
@@ -55,6 +57,7 @@ async def _authenticated(socket: WebSocket[Any, Any, Any], services: Services) -
         token_id=principal.token_id,
         expires_at=principal.expires_at,
         judged_at=principal.judged_at,
+        delta_append=features is not UNSET and DELTA_APPEND in features,
     )
     try:
         services.hub.add(connection)
@@ -64,7 +67,7 @@ async def _authenticated(socket: WebSocket[Any, Any, Any], services: Services) -
     ctx = WsContext(principal.account, services, connection)
     connection.start()
     try:
-        connection.send(Ready(request_id=hello_request_id))
+        connection.send(Ready(request_id=hello_request_id, features=features))
         await _serve(socket, ctx)
     finally:
         services.hub.remove(connection)

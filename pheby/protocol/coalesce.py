@@ -12,11 +12,15 @@ text is lost. A message's entry lives until its `message.complete` (or its conve
 A reconnect snapshot (`conversation.open`) is the run's draft, which is the text of the newest
 delta broadcast; a pending delta sent after the snapshot therefore repeats the snapshot's text,
 never an older one.
+
+Connections that asked for append deltas (`pheby.protocol.append`) have a coalescer of their own, with
+a shorter window: their frames carry only the new text, so more of them cost little.
 """
 
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from pheby.protocol.frames import Event, MessageComplete, MessageDelta, RunFinished
@@ -24,6 +28,7 @@ from pheby.protocol.hub import EVENT_ARRIVED, Hub
 
 Forward = Callable[[str, Event], None]
 DEFAULT_WINDOW_SECONDS = 0.1
+DEFAULT_APPEND_WINDOW_SECONDS = 0.025
 
 
 @dataclass
@@ -53,14 +58,24 @@ class DeltaCoalescer:
         self._by_account: dict[str, dict[str, _Stream]] = {}  # account -> message_id -> stream, in start order
 
     def broadcast(self, account_id: str, event: Event) -> None:
-        if self._window <= 0:
-            self._forward(account_id, event)
-            return
+        """Forward `event`, a delta subject to its message's window, anything else after the account's
+        pending deltas."""
         if isinstance(event, MessageDelta):
-            self._delta(account_id, event)
+            self.delta(account_id, event)
             return
         self.flush(account_id)
         self._forward(account_id, event)
+        self.settle(account_id, event)
+
+    def delta(self, account_id: str, event: MessageDelta) -> None:
+        """Forward the delta now if its message has no window open, else hold it (the newest replaces the one held)."""
+        if self._window <= 0:
+            self._forward(account_id, event)
+        else:
+            self._delta(account_id, event)
+
+    def settle(self, account_id: str, event: Event) -> None:
+        """After `event` went out: forget the messages it ends (`message.complete`, `run.finished`)."""
         if isinstance(event, MessageComplete):
             self._drop(event.message_id)
         elif isinstance(event, RunFinished):
@@ -74,11 +89,11 @@ class DeltaCoalescer:
             if stream.pending is not None:
                 self._send_pending(message_id, stream)
 
-    def held_for(self, message_id: str) -> float:
-        """Seconds a delta of the message arriving now would be held back: until its window ends (0: it
+    def held_for(self, message_id: str) -> float | None:
+        """Seconds a delta of the message arriving now would be held back: until its window ends (None: it
         would go out at once). Until then its run's reader need not read Hermes (`pheby.runs.reader`)."""
         stream = self._streams.get(message_id)
-        return 0.0 if stream is None else max(0.0, stream.window_ends - self._time())
+        return None if stream is None else max(0.0, stream.window_ends - self._time())
 
     def send_window_early(self, message_id: str) -> None:
         """Send the message's pending delta now, its window about to end (`held_for` no more than a few
@@ -147,20 +162,44 @@ class DeltaCoalescer:
 
 
 class CoalescingHub(Hub):
-    """The hub, with every broadcast passing through a `DeltaCoalescer` first.
+    """The hub, with every broadcast passing through `DeltaCoalescer`s first: one for the connections that
+    take cumulative deltas (`delta_window_seconds`), one for those that asked for append deltas, whose
+    frames are small, so their window is shorter (`append_window_seconds`). An account with no append
+    connection feeds only the first. The run's reader follows the shorter window of those holding text.
 
-    Arguments other than `delta_window_seconds` go to `Hub` unchanged.
+    Other arguments go to `Hub` unchanged.
     """
 
-    def __init__(self, *args: Any, delta_window_seconds: float = DEFAULT_WINDOW_SECONDS, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        delta_window_seconds: float = DEFAULT_WINDOW_SECONDS,
+        append_window_seconds: float = DEFAULT_APPEND_WINDOW_SECONDS,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
-        self.coalescer = DeltaCoalescer(super().broadcast, delta_window_seconds)
+        self.coalescer = DeltaCoalescer(partial(self.deliver, form="cumulative"), delta_window_seconds)
+        self.append_coalescer = DeltaCoalescer(partial(self.deliver, form="append"), append_window_seconds)
+        self._coalescers = (self.coalescer, self.append_coalescer)
 
     def broadcast(self, account_id: str, event: Event) -> None:
-        self.coalescer.broadcast(account_id, event)
+        if isinstance(event, MessageDelta):
+            self.coalescer.delta(account_id, event)
+            if self.takes_append_deltas(account_id):
+                self.append_coalescer.delta(account_id, event)
+            return
+        for coalescer in self._coalescers:
+            coalescer.flush(account_id)
+        super().broadcast(account_id, event)
+        for coalescer in self._coalescers:
+            coalescer.settle(account_id, event)
 
     def delta_held_for(self, message_id: str) -> float:
-        return self.coalescer.held_for(message_id)
+        held = [h for c in self._coalescers if (h := c.held_for(message_id)) is not None]
+        return min(held, default=0.0)
 
-    def send_held_delta(self, message_id: str) -> None:
-        self.coalescer.send_window_early(message_id)
+    def send_held_delta(self, message_id: str, within: float) -> None:
+        for coalescer in self._coalescers:
+            held = coalescer.held_for(message_id)
+            if held is not None and held <= within:
+                coalescer.send_window_early(message_id)

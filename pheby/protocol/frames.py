@@ -44,6 +44,7 @@ class Error(Event, frozen=True, tag="error"):
 class Ready(Event, frozen=True, tag="ready"):
     protocol_version: int = PROTOCOL_VERSION
     server: str = "pheby"
+    features: list[str] | UnsetType = UNSET  # those granted of the hello's `features`; absent when it asked none
 
 
 class Pong(Event, frozen=True, tag="pong"):
@@ -145,6 +146,16 @@ class MessageDelta(Event, frozen=True, tag="message.delta"):
     conversation_id: str
     message_id: str
     text: str
+
+
+class MessageAppend(Event, frozen=True, tag="message.delta"):
+    """`message.delta` for a client granted `delta_append` (docs/protocol-extensions.md): the draft is its
+    first `offset` characters (code points) as the client has them, followed by `append`."""
+
+    conversation_id: str
+    message_id: str
+    offset: int
+    append: str
 
 
 class MessageComplete(Event, frozen=True, tag="message.complete"):

@@ -2,8 +2,9 @@
 
 Each connection has a send queue bounded in bytes (and frames) drained by one writer task, so a
 slow client never delays the others: a connection that owes more than its bound is closed with
-1013 (try again later) and reconnects. An event is encoded once and queued to every connection of
-its account. The hub caps the sockets of one account and of the whole server.
+1013 (try again later) and reconnects. An event is encoded once (a `message.delta` once per form: the
+cumulative one, and for connections that asked for append deltas, `pheby.protocol.append`'s) and queued
+to every connection of its account. The hub caps the sockets of one account and of the whole server.
 
 Each connection remembers the credential it was authenticated with (the stored token's id and
 expiry; none for the owner secret), so a revoked credential's sockets can be found and closed
@@ -14,13 +15,16 @@ import asyncio
 import logging
 import time
 import uuid
-from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections import defaultdict, deque
+from collections.abc import Awaitable, Callable, Collection
 from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Literal
 
 from pheby import metrics
 from pheby.errors import RateLimited
-from pheby.protocol.frames import Event, encode_event, error_event
+from pheby.protocol.append import AppendDrafts
+from pheby.protocol.frames import Event, MessageDelta, encode_event, error_event
 
 log = logging.getLogger("pheby.ws")
 
@@ -35,6 +39,7 @@ REVOKED_SEND_SECONDS = 2.0  # how long the `unauthorized` frame may take before 
 SendText = Callable[[str], Awaitable[None]]
 Close = Callable[[int, str], Awaitable[None]]
 Listener = Callable[[str, Event], None]
+DeltaForm = Literal["cumulative", "append"]  # how a connection takes `message.delta` (`pheby.protocol.append`)
 # When the event being broadcast arrived (loop time, `time.monotonic`): a run's reader sets it for each batch it
 # read from Hermes; unset, an event arrives when it is broadcast. What `pheby_ws_event_to_frame_seconds` counts from.
 EVENT_ARRIVED: ContextVar[float | None] = ContextVar("event_arrived", default=None)
@@ -43,6 +48,16 @@ EVENT_ARRIVED: ContextVar[float | None] = ContextVar("event_arrived", default=No
 def utf8_size(frame: str) -> int:
     """The frame's size on the wire; `isascii` is O(1), so the common case costs no encoding."""
     return len(frame) if frame.isascii() else len(frame.encode())
+
+
+@dataclass(slots=True)
+class _Queued:
+    """A frame waiting in a connection's queue; `delta_of`: the message, for an append delta."""
+
+    frame: str
+    size: int
+    arrived: float
+    delta_of: str | None
 
 
 class Connection:
@@ -63,6 +78,7 @@ class Connection:
         token_id: str | None = None,
         expires_at: float | None = None,
         judged_at: float = 0.0,
+        delta_append: bool = False,
     ) -> None:
         self.id = uuid.uuid4().hex
         self.account_id = account_id
@@ -71,7 +87,9 @@ class Connection:
         self.judged_at = judged_at  # when its credential was checked (`pheby.auth.Principal.judged_at`)
         self._send_text = send_text
         self._close = close
-        self._queue: asyncio.Queue[tuple[str, int, float] | None] = asyncio.Queue(maxsize=max_frames)
+        self._queue: deque[_Queued | None] = deque()  # None: stop once what is before it is written
+        self._queued = asyncio.Event()  # set while the queue holds something
+        self._max_frames = max_frames
         self._max_bytes = max_bytes
         self._owed_bytes = 0  # queued frames plus the one being written
         self._writer: asyncio.Task[None] | None = None
@@ -82,6 +100,10 @@ class Connection:
         # Whether the client is in front of its user: from hello on, until it says otherwise
         # (`presence.set`); an account with none in the foreground is reached by Web Push.
         self.foreground = True
+        # Whether it asked for append deltas (`pheby.protocol.append`), and the draft generation it holds of
+        # each message being streamed.
+        self.delta_append = delta_append
+        self._drafts: dict[str, int] = {}
 
     def start(self) -> None:
         self._writer = asyncio.create_task(self._write_loop(), name=f"ws-writer-{self.id}")
@@ -92,17 +114,47 @@ class Connection:
         One frame larger than the bound may still go out when nothing else is owed. `arrived`: when its
         event arrived (default: now).
         """
+        self._enqueue(frame, size, arrived, None)
+
+    def send_delta(
+        self, frame: str, size: int, arrived: float | None, message_id: str, generation: int, *, merge: bool
+    ) -> None:
+        """Queue an append delta of `message_id` that brings the client to draft `generation`; `merge`: it
+        replaces the message's delta waiting last in the queue (`holds_unsent_delta`), so it must carry
+        the whole text."""
+        replaced = self._queue.pop() if merge and self.holds_unsent_delta(message_id) else None
+        if replaced is not None:
+            self._owed_bytes -= replaced.size
+            arrived = replaced.arrived  # the text it carried has waited since then
+        self._drafts[message_id] = generation
+        self._enqueue(frame, size, arrived, message_id)
+
+    def holds_unsent_delta(self, message_id: str) -> bool:
+        """Whether the queue's last frame is an append delta of the message, not yet being written: a newer
+        one may take its place, with no frame between them to keep in order."""
+        last = self._queue[-1] if self._queue else None
+        return last is not None and last.delta_of == message_id
+
+    def draft_generation(self, message_id: str) -> int | None:
+        return self._drafts.get(message_id)
+
+    def forget_draft(self, message_id: str) -> None:
+        """The client's draft of the message is no longer the last one sent (a snapshot replaced it, or the
+        message ended): its next delta carries the whole text."""
+        self._drafts.pop(message_id, None)
+
+    def _enqueue(self, frame: str, size: int | None, arrived: float | None, delta_of: str | None) -> None:
         if self.closed.is_set():
             return
         size = utf8_size(frame) if size is None else size
         if self._owed_bytes and self._owed_bytes + size > self._max_bytes:
             self._overflow("bytes owed past the bound")
             return
-        try:
-            self._queue.put_nowait((frame, size, time.monotonic() if arrived is None else arrived))
-        except asyncio.QueueFull:
+        if len(self._queue) >= self._max_frames:
             self._overflow("send queue full")
             return
+        self._queue.append(_Queued(frame, size, time.monotonic() if arrived is None else arrived, delta_of))
+        self._queued.set()
         self._owed_bytes += size
 
     def send(self, event: Event) -> None:
@@ -127,10 +179,8 @@ class Connection:
         if self._writer is None:
             return
         if not self.closed.is_set():
-            try:
-                self._queue.put_nowait(None)
-            except asyncio.QueueFull:
-                self._writer.cancel()
+            self._queue.append(None)
+            self._queued.set()
         try:
             await asyncio.wait_for(asyncio.shield(self._writer), timeout=5)
         except (TimeoutError, asyncio.CancelledError):
@@ -144,13 +194,15 @@ class Connection:
     async def _write_loop(self) -> None:
         try:
             while True:
-                item = await self._queue.get()
+                while not self._queue:
+                    self._queued.clear()
+                    await self._queued.wait()
+                item = self._queue.popleft()  # out of the queue while it is written: no longer merged into
                 if item is None or self.closed.is_set():
                     return
-                frame, size, arrived = item
-                await self._send_text(frame)
-                self._owed_bytes -= size
-                metrics.EVENT_TO_FRAME.observe(time.monotonic() - arrived)
+                await self._send_text(item.frame)
+                self._owed_bytes -= item.size
+                metrics.EVENT_TO_FRAME.observe(time.monotonic() - item.arrived)
         except Exception:  # noqa: BLE001 - the socket went away; the reader loop sees the disconnect too
             self.closed.set()
 
@@ -189,6 +241,7 @@ class Hub:
         self._max_per_account = max_per_account
         self._sockets = 0
         self._listeners: list[Listener] = []
+        self._append_drafts = AppendDrafts()
 
     def claim_socket(self) -> bool:
         """Count a new socket in; False (and not counted) when the server already holds its cap."""
@@ -222,15 +275,42 @@ class Hub:
 
     def broadcast(self, account_id: str, event: Event) -> None:
         """Send `event` to every connection of `account_id` and to no one else."""
+        self.deliver(account_id, event, None)
+
+    def deliver(self, account_id: str, event: Event, form: DeltaForm | None) -> None:
+        """Send `event` to the connections of `account_id` that take `form` of `message.delta` (None: all of
+        them), each delta in its connection's form; listeners see it unless `form` is "append" (they see
+        each event once, with the cumulative connections)."""
         group = self._by_account.get(account_id)
         if group:
-            encoded = encode_event(event)
-            frame, size, arrived = encoded.decode(), len(encoded), EVENT_ARRIVED.get()
-            for connection in list(group):
-                connection.send_frame(frame, size, arrived)
-            metrics.frames_sent(event.__struct_config__.tag).inc(len(group))
-        for listener in self._listeners:
-            listener(account_id, event)
+            arrived = EVENT_ARRIVED.get()
+            if not isinstance(event, MessageDelta):
+                self._send_to(group, event, arrived)
+            else:
+                appending = [c for c in group if c.delta_append]
+                if appending and form != "cumulative":
+                    self._append_drafts.send(appending, event, arrived)
+                    metrics.frames_sent(event.__struct_config__.tag).inc(len(appending))
+                if form != "append":
+                    self._send_to([c for c in group if not c.delta_append] if appending else group, event, arrived)
+        self._append_drafts.settle(self._by_account.get(account_id, ()), event)
+        if form != "append":
+            for listener in self._listeners:
+                listener(account_id, event)
+
+    @staticmethod
+    def _send_to(connections: Collection[Connection], event: Event, arrived: float | None) -> None:
+        if not connections:
+            return
+        encoded = encode_event(event)
+        frame, size = encoded.decode(), len(encoded)
+        for connection in list(connections):
+            connection.send_frame(frame, size, arrived)
+        metrics.frames_sent(event.__struct_config__.tag).inc(len(connections))
+
+    def takes_append_deltas(self, account_id: str) -> bool:
+        """Whether any connection of the account asked for append deltas."""
+        return any(c.delta_append for c in self._by_account.get(account_id, ()))
 
     def in_foreground(self, account_id: str) -> bool:
         """Whether any connection of the account is in front of its user."""
@@ -241,8 +321,9 @@ class Hub:
         the clients (this hub sends every event at once; `CoalescingHub` holds deltas back)."""
         return 0.0
 
-    def send_held_delta(self, message_id: str) -> None:
-        """Send the message's held-back delta now, its window about to end (`CoalescingHub`; nothing here)."""
+    def send_held_delta(self, message_id: str, within: float) -> None:
+        """Send the message's held-back deltas whose windows end within `within` seconds now (`CoalescingHub`;
+        nothing here)."""
 
     def connections(self, account_id: str) -> int:
         return len(self._by_account.get(account_id, ()))

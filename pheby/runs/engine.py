@@ -52,6 +52,7 @@ from pheby.runs.plugin_inputs import (
 from pheby.runs.reader import (
     DEFAULT_TIMING,
     LOST_ERROR,
+    READ_LEAD_SECONDS,
     Contact,
     RecoveryTiming,
     pause_while_held,
@@ -404,7 +405,7 @@ class RunManager:
         # While the hub holds this message's text back, read Hermes once before it goes out, not per event.
         read_pause = pause_while_held(
             lambda: self._hub.delta_held_for(run.message_id),
-            lambda: self._hub.send_held_delta(run.message_id),
+            lambda: self._hub.send_held_delta(run.message_id, READ_LEAD_SECONDS),
             run.read_now,
         )
 

@@ -34,6 +34,7 @@ from handlers.ws.support.frames import (
 from handlers.ws.support.messages import MAX_REQUEST_ID_CHARS
 from pheby import metrics
 from pheby.auth import Principal
+from pheby.protocol.append import granted
 from pheby.protocol.frames import PROTOCOL_VERSION, Error, Event, encode_event, error_event
 from pheby.protocol.json_input import decode_json
 from pheby.protocol.ws_protocol import PRE_HELLO_MAX_BYTES, pre_hello_too_large
@@ -44,11 +45,9 @@ log = logging.getLogger("pheby.ws")
 CLOSE_POLICY_VIOLATION = 1008
 
 
-async def handshake(
-    socket: WebSocket[Any, Any, Any], services: Services, address: str
-) -> tuple[Principal, str | UnsetType] | None:
-    """Who said a valid first-frame hello (account and credential) and its request_id; else None after
-    an error and a close.
+async def handshake(socket: WebSocket[Any, Any, Any], services: Services, address: str) -> "Welcome | None":
+    """Who said a valid first-frame hello (account and credential), its request_id and the features
+    granted; else None after an error and a close.
 
     The lockout is checked when the socket opens and again when its hello is judged, one hello
     of an address at a time: sockets opened earlier get no extra guesses once the address is
@@ -67,9 +66,7 @@ async def handshake(
         waiting.give_back(address)
 
 
-async def _first_frame(
-    socket: WebSocket[Any, Any, Any], services: Services, address: str
-) -> tuple[Principal, str | UnsetType] | None:
+async def _first_frame(socket: WebSocket[Any, Any, Any], services: Services, address: str) -> "Welcome | None":
     limiter = services.hello_limiter
     try:
         raw = await asyncio.wait_for(receive_frame_or_close(socket), timeout=services.settings.ws_hello_timeout)
@@ -91,12 +88,13 @@ async def _first_frame(
         await _refuse(socket, verdict)
         return None
     lift_frame_limit(socket)
-    return verdict.principal, verdict.request_id
+    return verdict
 
 
 class Welcome(NamedTuple):
     principal: Principal
     request_id: str | UnsetType
+    features: list[str] | UnsetType  # those granted; UNSET when the hello asked for none
 
 
 class _VersionOnly(msgspec.Struct, frozen=True):
@@ -133,7 +131,8 @@ async def _judge(raw: bytes | str, services: Services) -> Welcome | Error:
     principal = await services.authenticator.from_secret(hello.secret)
     if principal is None:
         return error_event("unauthorized", "Invalid secret", request_id)
-    return Welcome(principal, request_id)
+    features = UNSET if hello.features is UNSET else granted(hello.features)
+    return Welcome(principal, request_id, features)
 
 
 def _locked_out(request_id: str | UnsetType) -> Error:
