@@ -14,21 +14,22 @@ from litestar.params import FromPath, Parameter
 
 import hermes_client as hc
 from handlers.support.downloads import content_disposition, download_stem
-from handlers.support.openapi import download_operation, errors
+from handlers.support.openapi import download_operation, errors, struct_schema
 from pheby.auth import Principal
-from pheby.hermes.export import as_markdown, conversation_export
+from pheby.hermes.export import ConversationExport, as_markdown, conversation_export
 from pheby.hermes.failures import hermes_failure
 from pheby.services import Services
 
 EXPORT_UNAVAILABLE = "Hermes is unavailable; the conversation can't be exported right now"
 MEDIA_TYPES = {"md": "text/markdown; charset=utf-8", "json": "application/json"}
+EXPORT_SCHEMA = struct_schema(ConversationExport)
 FORMAT = Parameter(description="`md` (Markdown, the default) or `json` (the history's shape)")
 
 
 @get(
     "/conversations/{conversation_id:str}/export",
     tags=["conversations"],
-    operation_class=download_operation(200, ["application/json", "text/markdown"]),
+    operation_class=download_operation(200, ["text/markdown"], schemas={"application/json": EXPORT_SCHEMA}),
     responses=errors(400, 404, 502, 503),
 )
 async def export_conversation(

@@ -129,10 +129,11 @@ def _results(
     messages = {
         r[0]: _MessageRow(*r[1:])
         for r in conn.execute(
-            "SELECT h.id, h.conversation_id, c.name, h.hermes_id, h.role, h.text, h.ts FROM history_log h "
-            "JOIN conversations c ON c.id = h.conversation_id AND c.account_id = ? "
-            "WHERE h.id IN (SELECT value FROM json_each(?))",
-            (account_id, ids),
+            # CROSS JOIN: the rows by their ids first (else the planner may walk the account's conversations).
+            "SELECT h.id, h.conversation_id, c.name, h.hermes_id, h.role, h.text, h.ts FROM json_each(?) wanted "
+            "CROSS JOIN history_log h ON h.id = wanted.value "
+            "CROSS JOIN conversations c ON c.id = h.conversation_id AND c.account_id = ?",
+            (ids, account_id),
         )
     }
     labels = {
@@ -140,9 +141,10 @@ def _results(
         for r in conn.execute(
             "SELECT l.id, l.conversation_id, c.name, COALESCE(c.last_active, c.created_at), "
             "a.id, a.filename, a.extracted_text, a.direction, a.message_id, a.created_at, a.expires_at "
-            "FROM search_labels l JOIN conversations c ON c.id = l.conversation_id AND c.account_id = ? "
-            "LEFT JOIN attachments a ON a.id = l.attachment_id WHERE l.id IN (SELECT value FROM json_each(?))",
-            (account_id, ids),
+            "FROM json_each(?) wanted CROSS JOIN search_labels l ON l.id = wanted.value "
+            "CROSS JOIN conversations c ON c.id = l.conversation_id AND c.account_id = ? "
+            "LEFT JOIN attachments a ON a.id = l.attachment_id",
+            (ids, account_id),
         )
     }
     results: list[SearchResult] = []
