@@ -172,20 +172,33 @@ async def search_latency(db: Database, account_id: str, made: list[tuple[str, st
     print(f"search p99 over {len(every)} queries: {p99:.2f} ms (target ≤ {TARGET_P99_MS:.0f} ms)")
 
 
-async def turn_cost(db: Database, conversations: Conversations, conversation_id: str, turns: int, text: Text) -> float:
-    """Median seconds of `log_transcript` for one new turn, the conversation growing a turn at a time."""
+async def turn_costs(
+    db: Database, conversations: Conversations, conversation_id: str, turns: int, text: Text
+) -> tuple[float, float]:
+    """Median seconds of `log_transcript` for one new turn with the index's message triggers and without
+    them, alternating turn by turn in one conversation (so both see the same, growing, conversation)."""
     shown: list[HistoryMessage] = await conversations.logged_history(conversation_id)
     number = max((m.number for m in shown), default=0)
-    times = []
-    for _ in range(turns):
+    triggers: list[tuple[str, str]] = await db.run(
+        lambda c: c.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'search_message%'"
+        ).fetchall()
+    )
+    times: dict[bool, list[float]] = {True: [], False: []}
+    for index in range(2 * turns):
+        indexed = index % 2 == 0
         for role in ("user", "assistant"):
             number += 1
             shown.append(HistoryMessage(message_id=f"m{number}", role=role, text=text.message(role), ts=None))
         listed = [TranscriptTurn(m.number, m.role, m.text) for m in shown]
         started = time.perf_counter()
         await conversations.log_transcript(conversation_id, shown, listed)
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
+        times[indexed].append(time.perf_counter() - started)
+        if indexed:
+            await db.run(lambda c: [c.execute(f"DROP TRIGGER {name}") for name, _ in triggers])
+        else:
+            await db.run(lambda c: [c.execute(sql) for _, sql in triggers])
+    return statistics.median(times[True]), statistics.median(times[False])
 
 
 def sizes(path: Path) -> tuple[int, int]:
@@ -228,11 +241,7 @@ async def main(args: argparse.Namespace) -> None:
             await search_latency(db, large.id, made)
             conversations = Conversations(db)
             conversation = (await conversations.list(large.id))[-1]
-            with_index = await turn_cost(db, conversations, conversation.id, args.turns, text)
-            await db.run(lambda c: [c.execute(f"DROP TRIGGER {name}") for (name,) in c.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'search_message%'"
-            ).fetchall()])  # fmt: skip
-            without = await turn_cost(db, conversations, conversation.id, args.turns, text)
+            with_index, without = await turn_costs(db, conversations, conversation.id, args.turns, text)
         finally:
             await db.close()
         added = (with_index - without) * 1000

@@ -25,7 +25,7 @@ from pheby.search.snippets import highlights, snippet
 
 PAGE_MAX: Final = 50
 PAGE_DEFAULT: Final = 20
-WINDOW: Final = 2000  # index rows ranked at a time
+WINDOW: Final = 500  # index rows ranked at a time
 PARTITION_ROWS: Final = 1 << 40  # an account's range of index rows: messages, then labels
 MESSAGE_ROWS: Final = 1 << 39
 _CURSOR = re.compile(r"(\d{1,19})\.(\d{1,6})")
