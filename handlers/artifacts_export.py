@@ -4,7 +4,6 @@ Always `text/plain` and an attachment, whatever the content looks like: an expor
 inline (no HTML, nothing executable), and `.md` / `.txt` is all it claims to be.
 """
 
-import re
 from typing import Annotated
 from urllib.parse import quote
 
@@ -13,18 +12,15 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath
 
 from handlers.artifacts_get import REVISION
+from handlers.support.downloads import download_stem
 from handlers.support.openapi import download_operation, errors
 from pheby.auth import Principal
 from pheby.services import Services
 
-FILENAME_STEM_MAX = 100
-_UNSAFE = re.compile(r"[^\w .-]+")  # \w is Unicode-aware: letters and digits of any script stay
-
 
 def export_filename(title: str, kind: str) -> str:
     """A download name from the title: no separators, quotes or control characters, never hidden or empty."""
-    stem = " ".join(_UNSAFE.sub("_", title).split()).strip(" ._")[:FILENAME_STEM_MAX].strip(" ._")
-    return f"{stem or 'artifact'}{'.md' if kind == 'markdown' else '.txt'}"
+    return f"{download_stem(title, 'artifact')}{'.md' if kind == 'markdown' else '.txt'}"
 
 
 def attachment_disposition(filename: str) -> str:

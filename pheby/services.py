@@ -23,6 +23,7 @@ from pheby.protocol.coalesce import CoalescingHub
 from pheby.push.service import Push
 from pheby.revocation import Revocations
 from pheby.runs import AssistantTurn, RunManager
+from pheby.search.index import SearchIndex
 from pheby.settings import Settings
 from pheby.store.accounts import Accounts
 from pheby.store.artifacts import ArtifactLimits, Artifacts
@@ -59,6 +60,7 @@ class Services:
         )
         self.conversations = Conversations(db)
         self.history = HistoryPages(db, self.conversations)  # conversation.open's pages, from the log when in sync
+        self.search = SearchIndex(db)  # the account's conversations, found by their words
         self.task_owners = TaskOwners(db)
         self.tasks = Tasks(hermes, self.task_owners)
         self.memory = MemoryFiles(hermes)

@@ -38,6 +38,7 @@ ALLOWED: list[tuple[str, tuple[str, ...]]] = [
     ("pheby.runs", (*BASICS, "pheby.protocol", "pheby.files", "pheby.store", *HERMES, PLUGIN_EXTRAS, "pheby.runs")),
     ("pheby.plugin", (*BASICS, "pheby.protocol", "pheby.files", "pheby.store", *HERMES, "pheby.runs", "pheby.plugin")),
     ("pheby.push", (*BASICS, "pheby.protocol", "pheby.store", "pheby.runs", "pheby.push")),
+    ("pheby.search", (*BASICS, "pheby.protocol.frames", "pheby.store", "pheby.search")),
     ("pheby", ("pheby", "storage", "hermes_client")),  # the top: everything of the domain
     ("storage", ("storage",)),
     ("hermes_client", ("hermes_client",)),

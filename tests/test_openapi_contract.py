@@ -60,6 +60,12 @@ include-path-regex = "^/api/push/subscriptions$"
 include-method = "POST"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "409", "429"]
 
+[[operations]]
+# A search query is the grammar of pheby/search/query.py (words, "phrases", prefix*; no bare operators,
+# no lone *, at most 500 characters) and a cursor one a search gave out: 400 otherwise.
+include-path-regex = "^/api/search$"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "429"]
+
 """
 # The conversation of a Pheby upload must exist (the spec answers an unknown one with 400): the run
 # uploads into one the test made, and generates the filename and the bytes.

@@ -40,6 +40,7 @@ from demo_hermes import DemoHermesServer
 from demo_hermes.newer import NEWER_FEATURES
 from pheby.cli import main as pheby_main
 from pheby.db import Database, SchemaTooNew, apply_migrations, check_schema_version
+from pheby.search.index import SearchIndex
 from pheby.settings import Settings, load_settings
 from tests import upgrade_fixtures as fx
 from tests.files import PNG_1PX
@@ -104,6 +105,41 @@ async def test_each_level_upgrades_in_the_database_with_every_row_kept(tmp_path:
     finally:
         conn.close()
         fresh.close()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("level", LEVELS)
+async def test_each_level_upgrade_builds_the_search_index(tmp_path: Path, level: int) -> None:
+    """The data already there is searchable: every logged message, every conversation's name and every
+    searchable attachment has its row in its account's part of the index, and searches find them."""
+    fixture = fx.build_data_dir(tmp_path / "data", level)
+    db = Database(fixture.database)
+    await db.open()
+    try:
+        search = SearchIndex(db)
+        if fixture.has("history_log"):
+            [answer] = [r for r in (await search.search(fx.BOB_ID, "eggs")).results if r.kind == "message"]
+            assert (answer.conversation_id, answer.message_id, answer.role) == (fx.GROCERIES_ID, "m2", "assistant")
+        for account_id, name in fixture_names(fixture):
+            found = (await search.search(account_id, f'"{name}"')).results
+            assert any(r.kind == "name" and r.conversation_name == name for r in found), name
+    finally:
+        await db.close()
+    conn = sqlite3.connect(fixture.database)
+    try:
+        indexed = {row[0] for row in conn.execute("SELECT id FROM search_index_docsize")}
+        expected = {row[0] for row in conn.execute("SELECT id FROM history_log")}
+        expected |= {row[0] for row in conn.execute("SELECT id FROM search_labels")}
+        labelled = conn.execute("SELECT count(*) FROM search_labels WHERE attachment_id IS NULL").fetchone()[0]
+        assert labelled == len(fixture.inserted.get("conversations", []))
+        assert indexed == expected
+        conn.execute("INSERT INTO search_index (search_index, rank) VALUES ('integrity-check', 0)")
+    finally:
+        conn.close()
+
+
+def fixture_names(fixture: fx.Fixture) -> list[tuple[str, str]]:
+    return [(row["account_id"], row["name"]) for row in fixture.inserted.get("conversations", [])]
 
 
 def test_fixtures_are_the_same_every_time(tmp_path: Path) -> None:

@@ -455,13 +455,19 @@ BLOBS: Mapping[str, tuple[str, bytes]] = {  # attachment id → (account id, byt
 # --- building -----------------------------------------------------------------------------------
 
 
+# Tables the database writes itself, from triggers: the full-text index and its bookkeeping
+# (pheby/migrations/0013_search_index.sql). A fixture never inserts into them; an upgrade builds them.
+DERIVED_PREFIX = "search_"
+
+
 def table_columns(conn: sqlite3.Connection) -> dict[str, tuple[str, ...]]:
-    """Each table of the database (schema_migrations and SQLite's own aside) with its columns."""
+    """Each table of the database (schema_migrations, SQLite's own and the derived ones aside) with its columns."""
     names = [
         r[0]
         for r in conn.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
-            "AND name != 'schema_migrations' ORDER BY name"
+            "AND name != 'schema_migrations' AND name NOT LIKE ? ORDER BY name",
+            (f"{DERIVED_PREFIX}%",),
         )
     ]
     return {name: tuple(r[1] for r in conn.execute(f"PRAGMA table_info({name})")) for name in names}

@@ -6,6 +6,7 @@ line, instead of an exception escaping into the ASGI server after the response s
 """
 
 import logging
+import re
 from collections.abc import AsyncIterator
 from urllib.parse import quote
 
@@ -17,6 +18,15 @@ from pheby.store.attachments import Attachment
 from storage import BlobReader, StorageError
 
 log = logging.getLogger("pheby.http")
+
+
+FILENAME_STEM_MAX = 100
+_UNSAFE = re.compile(r"[^\w .-]+")  # \w is Unicode-aware: letters and digits of any script stay
+
+
+def download_stem(title: str, fallback: str) -> str:
+    """A download name's stem from a title: no separators, quotes or control characters, never hidden or empty."""
+    return " ".join(_UNSAFE.sub("_", title).split()).strip(" ._")[:FILENAME_STEM_MAX].strip(" ._") or fallback
 
 
 def content_disposition(filename: str, disposition: str = "attachment") -> str:

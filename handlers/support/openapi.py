@@ -85,10 +85,14 @@ def raw_body_operation(
 
 
 def download_operation(
-    status: int, media_types: Iterable[str], headers: dict[str, Any] | None = None
+    status: int,
+    media_types: Iterable[str],
+    headers: dict[str, Any] | None = None,
+    schemas: dict[str, Schema] | None = None,
 ) -> type[Operation]:
-    """An operation whose success answer is a file's bytes, in one of `media_types`."""
-    content = _binary(media_types)
+    """An operation whose success answer is a file's bytes, in one of `media_types` (a media type in
+    `schemas` is described by its schema instead: a JSON download)."""
+    content = _binary(media_types) | {m: OpenAPIMediaType(schema=schema) for m, schema in (schemas or {}).items()}
 
     @dataclass
     class DownloadOperation(Operation):
@@ -98,6 +102,31 @@ def download_operation(
             self.responses = responses
 
     return DownloadOperation
+
+
+def struct_schema(type_: type[Any]) -> Schema:
+    """msgspec's JSON Schema of a struct as one self-contained schema (its `$defs` written in place)."""
+    document = msgspec.json.schema(type_)
+    definitions = document.get("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            if "$ref" in node:
+                return inline(definitions[node["$ref"].rsplit("/", 1)[1]])
+            return {key: inline(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [inline(item) for item in node]
+        return node
+
+    schema = inline(document)
+    schema.pop("$defs", None)
+    return Schema(
+        type=OpenAPIType.OBJECT,
+        title=schema.get("title"),
+        properties=schema["properties"],
+        required=schema.get("required"),
+        additional_properties=schema.get("additionalProperties"),
+    )
 
 
 def json_body(type_: type[Any], **extra: Any) -> BodyKwarg:

@@ -16,17 +16,23 @@ snapshot must hold everything broadcast before it and nothing that is broadcast 
   text broadcast, which is the run's draft the snapshot shows: sent after the snapshot, it
   repeats the snapshot's text, never an older one; to a client taking append deltas it carries the whole
   text (offset 0), the snapshot having replaced the draft it held.
+
+`around_message_id` (a search hit) opens the page holding that message, and `after_message_id` the page
+after one: both answer `has_newer` beside `has_more`, so the client can page either way
+(docs/protocol-extensions.md).
 """
 
 from typing import Annotated
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 import hermes_client as hc
 from handlers.ws.support.context import WsContext, rid
 from handlers.ws.support.messages import ClientMessage
+from pheby.errors import BadRequest
 from pheby.hermes.failures import hermes_failure
-from pheby.hermes.history import HISTORY_LIMIT_DEFAULT, HISTORY_LIMIT_MAX, page
+from pheby.hermes.history import HISTORY_LIMIT_DEFAULT, HISTORY_LIMIT_MAX, page, page_after, page_around
 from pheby.protocol.frames import ConversationHistory
 from pheby.store.attachments import pheby_descriptor
 
@@ -37,11 +43,16 @@ class ConversationOpen(ClientMessage, frozen=True, tag="conversation.open"):
     conversation_id: str
     limit: Annotated[int, msgspec.Meta(ge=1)] = HISTORY_LIMIT_DEFAULT
     before_message_id: str | None = None
+    around_message_id: str | None = None
+    after_message_id: str | None = None
 
 
 async def handle(ctx: WsContext, msg: ConversationOpen) -> None:
     services = ctx.services
     runs = services.runs
+    cursors = [c for c in (msg.before_message_id, msg.around_message_id, msg.after_message_id) if c is not None]
+    if len(cursors) > 1:
+        raise BadRequest("Name one of before_message_id, around_message_id and after_message_id")
     conversation = await services.conversations.get(ctx.account.id, msg.conversation_id)
     with runs.reading(conversation.id):
         limit = min(msg.limit, HISTORY_LIMIT_MAX)
@@ -50,15 +61,22 @@ async def handle(ctx: WsContext, msg: ConversationOpen) -> None:
                 services.hermes.for_account(ctx.account),
                 conversation,
                 limit,
-                msg.before_message_id,
+                cursors[0] if cursors else None,
                 runs.finished_turns_after(conversation.id),
+                both_ways=msg.before_message_id is None and bool(cursors),
             )
         except hc.HermesError as exc:  # any failure reading it: history can't be loaded now
             raise hermes_failure(exc, failed=HISTORY_UNAVAILABLE, unavailable=HISTORY_UNAVAILABLE) from None
         attachments = await services.attachments.for_conversation(ctx.account.id, conversation.id)  # the last await
         # From here to the reply, no await: no broadcast can come between the run state and the snapshot.
         shown = runs.with_finished_turns(conversation.id, shown)
-    messages, has_more = page(shown, limit, msg.before_message_id)
+    has_newer: bool | UnsetType = UNSET
+    if msg.around_message_id is not None:
+        messages, has_more, has_newer = page_around(shown, limit, msg.around_message_id)
+    elif msg.after_message_id is not None:
+        messages, has_more, has_newer = page_after(shown, limit, msg.after_message_id)
+    else:
+        messages, has_more = page(shown, limit, msg.before_message_id)
     run, tools, approvals, clarifications = runs.snapshot(conversation.id)
     if run is not None:
         ctx.connection.forget_draft(run.message_id)  # the snapshot replaces the client's draft: next, the whole text
@@ -73,5 +91,6 @@ async def handle(ctx: WsContext, msg: ConversationOpen) -> None:
             tools=tools,
             approvals=approvals,
             clarifications=clarifications,
+            has_newer=has_newer,
         )
     )

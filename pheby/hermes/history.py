@@ -183,3 +183,31 @@ def page(
         end = cursor
     start = max(0, end - limit)
     return messages[start:end], start > 0
+
+
+def _position(messages: list[HistoryMessage], message_id: str, name: str) -> int:
+    found = next((i for i, m in enumerate(messages) if m.message_id == message_id), None)
+    if found is None:
+        raise NotFound(f"{name} names no message of this conversation")
+    return found
+
+
+def page_around(
+    messages: list[HistoryMessage], limit: int, around_message_id: str
+) -> tuple[list[HistoryMessage], bool, bool]:
+    """The `limit` messages with the named one in their middle (as near as the ends allow), in
+    chronological order; whether older ones precede them, and whether newer ones follow."""
+    at = _position(messages, around_message_id, "around_message_id")
+    start = max(0, min(at - (limit - 1) // 2, len(messages) - limit))
+    end = min(len(messages), start + limit)
+    return messages[start:end], start > 0, end < len(messages)
+
+
+def page_after(
+    messages: list[HistoryMessage], limit: int, after_message_id: str
+) -> tuple[list[HistoryMessage], bool, bool]:
+    """The oldest `limit` messages after the (exclusive) cursor; whether older ones precede them (the
+    cursor does), and whether newer ones follow."""
+    start = _position(messages, after_message_id, "after_message_id") + 1
+    end = min(len(messages), start + limit)
+    return messages[start:end], True, end < len(messages)

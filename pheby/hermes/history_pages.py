@@ -59,18 +59,21 @@ class HistoryPages:
         limit: int,
         before_message_id: str | None,
         newer_than: int | None,
+        *,
+        both_ways: bool = False,
     ) -> list[HistoryMessage]:
         """What history shows around a page, oldest first, to merge finished turns into and `page`.
 
         In sync: the `limit` + 1 messages before the cursor and the cursor's own (or, without a cursor,
         the newest `limit` + 1 and every one after `newer_than`, the oldest message a finished turn kept
-        for snapshots may have: so that merge finds its turn). Else the whole history. Raises
-        `HermesError` when Hermes can't be asked."""
+        for snapshots may have: so that merge finds its turn); `both_ways` (a page around or after the
+        cursor), the `limit` + 1 after it and every one after `newer_than` too. Else the whole history.
+        Raises `HermesError` when Hermes can't be asked."""
         state = await self._state(client, conversation)
         cursor = _cursor_number(before_message_id)
         if self._synced.get(conversation.id) == state and cursor != -1:
             self._synced.move_to_end(conversation.id)
-            logged = await self._logged_window(conversation.id, limit, cursor, newer_than)
+            logged = await self._logged_window(conversation.id, limit, cursor, newer_than, both_ways)
             if logged is not None:
                 return logged
         return await self._read_whole(client, conversation, state)
@@ -153,7 +156,7 @@ class HistoryPages:
         return stored, shown
 
     async def _logged_window(
-        self, conversation_id: str, limit: int, cursor: int | None, newer_than: int | None
+        self, conversation_id: str, limit: int, cursor: int | None, newer_than: int | None, both_ways: bool
     ) -> list[HistoryMessage] | None:
         """The logged messages of `window`; None when the cursor names no logged message."""
 
@@ -164,6 +167,12 @@ class HistoryPages:
                 if not at:
                     return None
                 after: list[tuple[int, str, str, str | None]] = at
+                if both_ways:
+                    after += conn.execute(
+                        f"{columns} AND hermes_id > ? ORDER BY hermes_id LIMIT ?", (conversation_id, cursor, limit + 1)
+                    ).fetchall()
+                    if newer_than is not None:
+                        after += conn.execute(f"{columns} AND hermes_id > ?", (conversation_id, newer_than)).fetchall()
                 bound = cursor
             else:
                 after = (

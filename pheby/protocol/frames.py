@@ -126,6 +126,9 @@ class ConversationHistory(Event, frozen=True, tag="conversation.history"):
     tools: list[ToolState]
     approvals: list["ApprovalRequest"]
     clarifications: list["ClarifyRequest"]
+    # Only on a page opened `around_message_id` or `after_message_id` (docs/protocol-extensions.md):
+    # whether newer messages follow the page (ask with `after_message_id` = its last message's id).
+    has_newer: bool | UnsetType = UNSET
 
 
 # --- runs ------------------------------------------------------------------------------------
@@ -331,6 +334,33 @@ class PresenceState(Event, frozen=True, tag="presence.state"):
 class AttachmentAdded(Event, frozen=True, tag="attachment.added"):
     conversation_id: str
     attachment: Any
+
+
+# --- search (an extension of protocol v1, docs/protocol-extensions.md) -------------------------
+
+
+class SearchHitAttachment(msgspec.Struct, frozen=True):
+    attachment_id: str
+    filename: str
+
+
+class SearchResult(msgspec.Struct, frozen=True, kw_only=True):
+    """One hit: a message, a conversation's name, or an attachment's text (under its name)."""
+
+    conversation_id: str
+    conversation_name: str
+    message_id: str | None  # the message to open the conversation at (None: a name hit)
+    role: Literal["user", "assistant"] | None
+    ts: str | None
+    snippet: str
+    highlights: list[tuple[int, int]]  # [start, end) code points of the snippet
+    kind: Literal["message", "name", "attachment"]
+    attachment: SearchHitAttachment | None
+
+
+class ConversationSearchResults(Event, frozen=True, tag="conversation.search.results"):
+    results: list[SearchResult]
+    next_cursor: str | None
 
 
 _ENCODER = msgspec.json.Encoder()

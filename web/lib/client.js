@@ -7,6 +7,20 @@ import { turnOffNotifications } from "./push.js";
 
 // Messages per conversation.open page; older pages load as the person scrolls up.
 const HISTORY_PAGE = 100;
+const SEARCH_PAGES = 5; // earlier pages a search hit may load before opening the page around it instead
+
+// Bring a shown message into view and mark it for a moment (after the transcript has rendered it).
+function scrollToMessage(messageId) {
+  const reveal = () => {
+    const element = document.querySelector(`.transcript [data-message-id="${CSS.escape(messageId)}"]`);
+    if (!element) return;
+    element.scrollIntoView({ block: "center" });
+    element.classList.add("search-hit");
+    setTimeout(() => element.classList.remove("search-hit"), 4000);
+  };
+  requestAnimationFrame(() => requestAnimationFrame(reveal));
+  setTimeout(reveal, 300); // once more, after the transcript's own scroll to the bottom on new renders
+}
 // How long after another tab's run starts its user turn is read back (Hermes stores it first).
 const SYNC_DELAY_MS = 300;
 
@@ -218,6 +232,27 @@ export class Client {
       if (error.code === "conversation_not_found") this.store.apply({ type: "conversation.deleted", conversation_id: id });
       else if (error.code !== "disconnected") this.toast(sentence(error));
     }
+  }
+
+  // Open a conversation at one of its messages (a search hit): earlier pages load until it is shown
+  // (at most SEARCH_PAGES of them; beyond, the page around it, `around_message_id`), then it is
+  // scrolled to. A hit without a message (a conversation's name) just opens the conversation.
+  async openAt(id, messageId) {
+    this.select(id);
+    if (!messageId) return;
+    const shown = () => this.store.chat(id).messages.some((m) => m.message_id === messageId);
+    await this.open(id);
+    for (let page = 0; !shown() && this.store.chat(id).hasMore && page < SEARCH_PAGES; page++) await this.loadOlder(id);
+    if (!shown()) {
+      try {
+        const around = { conversation_id: id, limit: this.historyPage, around_message_id: messageId };
+        this.store.applySnapshot(await this.request("conversation.open", around));
+      } catch (error) {
+        this.toast(sentence(error));
+        return;
+      }
+    }
+    scrollToMessage(messageId);
   }
 
   async loadOlder(id) {

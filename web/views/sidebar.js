@@ -1,7 +1,9 @@
-// The conversation list: newest activity first, with create, rename and delete; below it this
+// The conversation list: newest activity first, with search, create, rename, export and delete; below it this
 // browser's notifications switch, the workspace and sign-out.
 import { html, useState } from "../lib/html.js";
+import { ExportMenu } from "./export.js";
 import { PencilIcon, TrashIcon } from "./icons.js";
+import { SearchBox } from "./search.js";
 import { NotificationsSwitch } from "./settings.js";
 
 export function relativeTime(iso) {
@@ -42,6 +44,7 @@ function ConversationItem({ client, conversation, current, onPick }) {
     <span class="actions">
       <button class="icon" aria-label=${`Rename ${conversation.name}`} title="Rename" onClick=${() => { setName(conversation.name); setEditing(true); }}><${PencilIcon} /></button>
       <button class="icon" aria-label=${`Delete ${conversation.name}`} title="Delete" onClick=${remove}><${TrashIcon} /></button>
+      <${ExportMenu} client=${client} conversation=${conversation} />
     </span>
   </li>`;
 }
@@ -54,6 +57,7 @@ export function Sidebar({ client, state, onWorkspace, workspaceOpen, open, hidde
       <div class="brand"><span class="logo" aria-hidden="true">P</span><span>Pheby</span></div>
       <button class="primary" onClick=${() => { client.create(); onPick(); }}>New chat</button>
     </div>
+    <${SearchBox} client=${client} onPick=${onPick} />
     <ul class="conversation-list">
       ${state.conversations.map((c) => html`<${ConversationItem} key=${c.conversation_id} client=${client} conversation=${c}
         current=${c.conversation_id === state.currentId} onPick=${onPick} />`)}

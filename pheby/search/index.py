@@ -1,0 +1,207 @@
+"""Searching an account's part of the full-text index (`search_index`, kept by the triggers of
+pheby/migrations/0013_search_index.sql), and turning its rows into results with snippets.
+
+Ranking is BM25, over windows of the account's matching rows, newest first: a page ranks the
+newest `window` matches (all of them, unless a term is very common) and pages through them by
+rank; once a window is read, the next cursor goes on to the next older window. So a search reads
+at most `window` rows of the index however much the account holds, the best match of a window
+comes first, and every match is reachable. Only the caller's partition of the index is read (a
+rowid range), so another account's rows are never candidates.
+"""
+
+import re
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from typing import Final, Literal, NamedTuple
+
+import msgspec
+
+from pheby.db import Database
+from pheby.errors import BadRequest
+from pheby.protocol.frames import SearchHitAttachment, SearchResult, iso_utc
+from pheby.search.query import SearchQuery, parse_query
+from pheby.search.snippets import highlights, snippet
+
+PAGE_MAX: Final = 50
+PAGE_DEFAULT: Final = 20
+WINDOW: Final = 500  # index rows ranked at a time
+PARTITION_ROWS: Final = 1 << 40  # an account's range of index rows: messages, then labels
+MESSAGE_ROWS: Final = 1 << 39
+_CURSOR = re.compile(r"(\d{1,19})\.(\d{1,6})")
+_MESSAGE_ID = re.compile(r"m\d{1,18}")
+
+
+class SearchPage(msgspec.Struct, frozen=True):
+    results: list[SearchResult]
+    next_cursor: str | None  # pass back as `cursor` for the next page; None: no more
+
+
+class _Window(msgspec.Struct, frozen=True):
+    first: int  # the account's partition
+    below: int  # the window holds the matching rows under this one
+    offset: int  # where in the window's ranking the page starts
+
+
+class SearchIndex:
+    def __init__(self, db: Database, *, window: int = WINDOW, clock: Callable[[], float] = time.time) -> None:
+        self._db = db
+        self._window = window
+        self._clock = clock
+
+    async def search(
+        self, account_id: str, text: str, *, limit: int = PAGE_DEFAULT, cursor: str | None = None
+    ) -> SearchPage:
+        """A page of the account's results for `text` (the grammar of `pheby.search.query`), best first.
+
+        `BadRequest` for a query outside the grammar or a cursor this search did not give out."""
+        query = parse_query(text)
+        limit = max(1, min(limit, PAGE_MAX))
+        return await self._db.run(lambda conn: self._page(conn, account_id, query, limit, cursor))
+
+    def _page(
+        self, conn: sqlite3.Connection, account_id: str, query: SearchQuery, limit: int, cursor: str | None
+    ) -> SearchPage:
+        row = conn.execute("SELECT number FROM search_partitions WHERE account_id = ?", (account_id,)).fetchone()
+        if row is None:
+            return SearchPage(results=[], next_cursor=None)
+        first = int(row[0]) * PARTITION_ROWS
+        at = self._window_at(first, cursor)
+        try:
+            matches: list[tuple[int, float]] = conn.execute(
+                "SELECT rowid, bm25(search_index) FROM search_index "
+                "WHERE search_index MATCH ? AND rowid >= ? AND rowid < ? ORDER BY rowid DESC LIMIT ?",
+                (query.match_expression(), first, at.below, self._window),
+            ).fetchall()
+        except sqlite3.OperationalError:  # the index refused the expression: still the client's query
+            raise BadRequest("This query can't be searched; try other words") from None
+        below = matches[0][0] + 1 if cursor is None and matches else at.below  # later pages keep this window
+        ranked = sorted(matches, key=lambda match: (match[1], -match[0]))
+        shown = ranked[at.offset : at.offset + limit]
+        if at.offset + limit < len(ranked):
+            next_cursor: str | None = f"{below}.{at.offset + limit}"
+        elif len(matches) == self._window:
+            next_cursor = f"{matches[-1][0]}.0"  # the next, older window
+        else:
+            next_cursor = None
+        results = _results(conn, account_id, first, query, [rowid for rowid, _ in shown], self._clock())
+        return SearchPage(results=results, next_cursor=next_cursor)
+
+    def _window_at(self, first: int, cursor: str | None) -> _Window:
+        if cursor is None:
+            return _Window(first=first, below=first + PARTITION_ROWS, offset=0)
+        found = _CURSOR.fullmatch(cursor)
+        if found is None:
+            raise BadRequest("The cursor is not one this search gave out")
+        below, offset = int(found[1]), int(found[2])
+        if not first < below <= first + PARTITION_ROWS or offset >= self._window:
+            raise BadRequest("The cursor is not one this search gave out")
+        return _Window(first=first, below=below, offset=offset)
+
+
+class _MessageRow(NamedTuple):
+    conversation_id: str
+    conversation_name: str
+    hermes_id: int
+    role: Literal["user", "assistant"]
+    text: str
+    ts: str | None
+
+
+class _LabelRow(NamedTuple):
+    conversation_id: str
+    conversation_name: str
+    conversation_active: float
+    attachment_id: str | None  # None: the conversation's name
+    filename: str | None
+    text: str | None
+    direction: str | None
+    message_id: str | None
+    created_at: float | None
+    expires_at: float | None
+
+
+def _results(
+    conn: sqlite3.Connection, account_id: str, first: int, query: SearchQuery, rowids: Sequence[int], now: float
+) -> list[SearchResult]:
+    """The rows' results in the rows' order; a row whose conversation or attachment is gone is left out."""
+    ids = msgspec.json.encode(list(rowids)).decode()
+    messages = {
+        r[0]: _MessageRow(*r[1:])
+        for r in conn.execute(
+            # CROSS JOIN: the rows by their ids first (else the planner may walk the account's conversations).
+            "SELECT h.id, h.conversation_id, c.name, h.hermes_id, h.role, h.text, h.ts FROM json_each(?) wanted "
+            "CROSS JOIN history_log h ON h.id = wanted.value "
+            "CROSS JOIN conversations c ON c.id = h.conversation_id AND c.account_id = ?",
+            (ids, account_id),
+        )
+    }
+    labels = {
+        r[0]: _LabelRow(*r[1:])
+        for r in conn.execute(
+            "SELECT l.id, l.conversation_id, c.name, COALESCE(c.last_active, c.created_at), "
+            "a.id, a.filename, a.extracted_text, a.direction, a.message_id, a.created_at, a.expires_at "
+            "FROM json_each(?) wanted CROSS JOIN search_labels l ON l.id = wanted.value "
+            "CROSS JOIN conversations c ON c.id = l.conversation_id AND c.account_id = ? "
+            "LEFT JOIN attachments a ON a.id = l.attachment_id",
+            (ids, account_id),
+        )
+    }
+    results: list[SearchResult] = []
+    for rowid in rowids:
+        if rowid - first < MESSAGE_ROWS:
+            if (message := messages.get(rowid)) is not None:
+                results.append(_message_result(message, query))
+        elif (label := labels.get(rowid)) is not None and (result := _label_result(label, query, now)) is not None:
+            results.append(result)
+    return results
+
+
+def _message_result(message: _MessageRow, query: SearchQuery) -> SearchResult:
+    excerpt, ranges = snippet(message.text, highlights(message.text, query))
+    return SearchResult(
+        conversation_id=message.conversation_id,
+        conversation_name=message.conversation_name,
+        message_id=f"m{message.hermes_id}",
+        role=message.role,
+        ts=message.ts,
+        snippet=excerpt,
+        highlights=ranges,
+        kind="message",
+        attachment=None,
+    )
+
+
+def _label_result(label: _LabelRow, query: SearchQuery, now: float) -> SearchResult | None:
+    name = label.conversation_name
+    if label.attachment_id is None:
+        excerpt, ranges = snippet(name, highlights(name, query))
+        return SearchResult(
+            conversation_id=label.conversation_id,
+            conversation_name=name,
+            message_id=None,
+            role=None,
+            ts=iso_utc(label.conversation_active, "seconds"),
+            snippet=excerpt,
+            highlights=ranges,
+            kind="name",
+            attachment=None,
+        )
+    if label.filename is None or label.text is None or (label.expires_at is not None and label.expires_at <= now):
+        return None  # tombstoned meanwhile, or expired and not yet swept: no longer the account's to open
+    ranges = highlights(label.text, query)
+    excerpt, shown = (
+        snippet(label.text, ranges) if ranges else snippet(label.filename, highlights(label.filename, query))
+    )
+    message_id = label.message_id
+    return SearchResult(
+        conversation_id=label.conversation_id,
+        conversation_name=name,
+        message_id=message_id if message_id is not None and _MESSAGE_ID.fullmatch(message_id) else None,
+        role="user" if label.direction == "inbound" else "assistant",
+        ts=iso_utc(label.created_at, "seconds"),
+        snippet=excerpt,
+        highlights=shown,
+        kind="attachment",
+        attachment=SearchHitAttachment(attachment_id=label.attachment_id, filename=label.filename),
+    )

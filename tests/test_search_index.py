@@ -1,0 +1,199 @@
+"""The search index (`pheby.search`) on a real database, through the stores that write what it holds.
+
+The index is kept by triggers in the same transaction as each write: a logged message, a new, renamed or
+deleted conversation, an attachment claimed or tombstoned, an account removed. Each test writes through
+the store (or, for what no store does yet, the SQL the server's cascade runs) and searches right after,
+with no step in between. The query grammar and the snippets are checked as pure functions.
+"""
+
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from pheby.db import Database
+from pheby.errors import BadRequest
+from pheby.protocol.frames import HistoryMessage
+from pheby.search.index import PARTITION_ROWS, SearchIndex
+from pheby.search.query import parse_query
+from pheby.search.snippets import highlights, snippet
+from pheby.store.accounts import Accounts
+from pheby.store.conversations import Conversations, TranscriptTurn
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def db(tmp_path: Path) -> AsyncIterator[Database]:
+    database = Database(tmp_path / "pheby.sqlite3")
+    await database.open()
+    yield database
+    await database.close()
+
+
+async def log(conversations: Conversations, conversation_id: str, *texts: str, first: int = 1) -> list[str]:
+    """Log messages (user, assistant, user, …) as the history read after a turn does; their ids."""
+    shown = [
+        HistoryMessage(message_id=f"m{first + i}", role="user" if i % 2 == 0 else "assistant", text=text, ts=None)
+        for i, text in enumerate(texts)
+    ]
+    turns = [TranscriptTurn(first + i, m.role, m.text) for i, m in enumerate(shown)]
+    await conversations.log_transcript(conversation_id, shown, turns)
+    return [m.message_id for m in shown]
+
+
+def integrity(db: Database) -> None:
+    conn = sqlite3.connect(db.path)
+    try:
+        conn.execute("INSERT INTO search_index (search_index, rank) VALUES ('integrity-check', 0)")
+    finally:
+        conn.close()
+
+
+def partition_rows(db: Database, number: int) -> int:
+    conn = sqlite3.connect(db.path)
+    try:
+        low, high = number * PARTITION_ROWS, (number + 1) * PARTITION_ROWS
+        query = "SELECT count(*) FROM search_index_docsize WHERE id >= ? AND id < ?"
+        (count,) = conn.execute(query, (low, high)).fetchone()
+        return int(count)
+    finally:
+        conn.close()
+
+
+async def test_messages_are_found_in_their_account_only_and_names_follow_renames_and_deletes(db: Database) -> None:
+    accounts, conversations, search = Accounts(db), Conversations(db), SearchIndex(db)
+    alice, bob = await accounts.create("alice"), await accounts.create("bob")
+    trip = await conversations.create(alice.id, "Trip to Lisbon")
+    ids = await log(conversations, trip.id, "where should we eat?", "Try the pastelaria near the river.")
+    bobs = await conversations.create(bob.id, "Bob's pastelaria")
+    await log(conversations, bobs.id, "pastelaria hours?", "They open at eight.")
+
+    page = await search.search(alice.id, "pastelaria")
+    assert [(r.conversation_id, r.message_id, r.role, r.kind) for r in page.results] == [
+        (trip.id, ids[1], "assistant", "message")
+    ]
+    hit = page.results[0]
+    assert [hit.snippet[s:e] for s, e in hit.highlights] == ["pastelaria"]
+    assert hit.conversation_name == "Trip to Lisbon"
+    assert {r.conversation_id for r in (await search.search(bob.id, "pastelaria")).results} == {bobs.id}
+
+    await conversations.rename(alice.id, trip.id, "Porto weekend")
+    assert (await search.search(alice.id, "lisbon")).results == []
+    renamed = (await search.search(alice.id, "porto")).results
+    assert [(r.kind, r.conversation_name, r.message_id) for r in renamed] == [("name", "Porto weekend", None)]
+
+    await conversations.delete(alice.id, trip.id)
+    assert (await search.search(alice.id, "pastelaria")).results == []
+    assert (await search.search(alice.id, "porto")).results == []
+    assert len((await search.search(bob.id, "pastelaria")).results) == 2  # the name and the question
+    integrity(db)
+
+
+async def test_an_accounts_removal_empties_its_partition(db: Database) -> None:
+    accounts, conversations, search = Accounts(db), Conversations(db), SearchIndex(db)
+    alice, bob = await accounts.create("alice"), await accounts.create("bob")
+    for account in (alice, bob):
+        conversation = await conversations.create(account.id, "Notes")
+        await log(conversations, conversation.id, "remember the quokka", "The quokka is remembered.")
+    assert partition_rows(db, 2) == 3  # bob's: a name and two messages (alice is 1; no owner here)
+    # No command removes an account yet: the cascade the database runs when one is deleted.
+    await db.run(lambda c: c.execute("DELETE FROM accounts WHERE id = ?", (bob.id,)))
+    assert partition_rows(db, 2) == 0
+    assert (await search.search(bob.id, "quokka")).results == []
+    assert len((await search.search(alice.id, "quokka")).results) == 2
+    integrity(db)
+
+
+async def test_attachments_are_found_under_their_name_while_claimed_and_live(db: Database) -> None:
+    accounts, conversations, search = Accounts(db), Conversations(db), SearchIndex(db)
+    alice = await accounts.create("alice")
+    conversation = await conversations.create(alice.id, "Shopping")
+
+    def insert(conn: sqlite3.Connection) -> None:
+        conn.execute(
+            "INSERT INTO attachments (id, account_id, surface, direction, conversation_id, filename, mime, size, "
+            "blob_key, extraction_status, extracted_text, created_at) "
+            "VALUES ('f1', ?, 'pheby', 'inbound', ?, 'list.md', 'text/markdown', 9, 'k', 'ready', ?, 0)",
+            (alice.id, conversation.id, "milk\neggs\nsaffron threads"),
+        )
+
+    await db.run(insert)
+    assert (await search.search(alice.id, "saffron")).results == []  # an unclaimed upload is nobody's turn yet
+    await db.run(lambda c: c.execute("UPDATE attachments SET claimed_at = 1, message_id = 'm3' WHERE id = 'f1'"))
+    [hit] = (await search.search(alice.id, "saffron")).results
+    assert (hit.kind, hit.message_id, hit.role) == ("attachment", "m3", "user")
+    assert hit.attachment is not None
+    assert hit.attachment.filename == "list.md"
+    assert [hit.snippet[s:e] for s, e in hit.highlights] == ["saffron"]
+    [by_name] = (await search.search(alice.id, "list")).results
+    assert by_name.snippet == "list.md"
+    assert by_name.highlights == [(0, 4)]
+    await db.run(lambda c: c.execute("UPDATE attachments SET deleted_at = 2, extracted_text = NULL WHERE id = 'f1'"))
+    assert (await search.search(alice.id, "saffron")).results == []
+    integrity(db)
+
+
+async def test_pages_rank_by_bm25_within_windows_and_reach_every_match(db: Database) -> None:
+    accounts, conversations = Accounts(db), Conversations(db)
+    search = SearchIndex(db, window=4)
+    alice = await accounts.create("alice")
+    conversation = await conversations.create(alice.id, "Birds")
+    texts = [f"heron note {i}" + (" heron heron" if i == 3 else "") for i in range(10)]
+    await log(conversations, conversation.id, *texts)
+
+    seen: list[str] = []
+    cursor: str | None = None
+    pages = 0
+    while True:
+        page = await search.search(alice.id, "heron", limit=3, cursor=cursor)
+        seen += [r.message_id or "" for r in page.results]
+        pages += 1
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    # Windows of the 4 newest matches, the 4 before, then 2; pages of at most 3. In the second window, the
+    # message saying heron three times comes first; ties go newest first.
+    assert seen == ["m10", "m9", "m8", "m7", "m4", "m6", "m5", "m3", "m2", "m1"]
+    assert pages == 5
+    with pytest.raises(BadRequest):
+        await search.search(alice.id, "heron", cursor="nonsense")
+    with pytest.raises(BadRequest):
+        await search.search(alice.id, "heron", cursor=f"{PARTITION_ROWS * 9}.0")  # another account's range
+
+
+async def test_phrases_prefixes_and_folding(db: Database) -> None:
+    accounts, conversations, search = Accounts(db), Conversations(db), SearchIndex(db)
+    alice = await accounts.create("alice")
+    conversation = await conversations.create(alice.id, "Words")
+    ids = await log(conversations, conversation.id, "The Café opens late", "late opens the cafe", "Caféteria")
+    assert [r.message_id for r in (await search.search(alice.id, '"cafe opens"')).results] == [ids[0]]
+    assert {r.message_id for r in (await search.search(alice.id, "CAFÉ")).results} == {ids[0], ids[1]}
+    assert {r.message_id for r in (await search.search(alice.id, "caf*")).results} == set(ids)
+    [hit] = (await search.search(alice.id, "cafet*")).results
+    assert [hit.snippet[s:e] for s, e in hit.highlights] == ["Caféteria"]
+
+
+@pytest.mark.parametrize(
+    "query", ['"unclosed', "AND OR NOT", "*", "x" * 10_000, "cats\x00dogs", "", "   ", "a*", "ca*ts", '""', "!!"]
+)
+def test_queries_outside_the_grammar_are_bad_requests(query: str) -> None:
+    with pytest.raises(BadRequest):
+        parse_query(query)
+
+
+def test_the_match_expression_quotes_every_term() -> None:
+    expression = parse_query('cats NEAR(dogs) "exact phrase" pre* e-mail OR {x} : -y ^z').match_expression()
+    assert expression == '"cats" "near dogs" "exact phrase" "pre"* "e mail" "x" "y" "z"'
+
+
+def test_snippets_cut_long_text_around_the_first_highlight() -> None:
+    text = "lorem ipsum " * 30 + "the narwhal surfaced\nthen dove" + " dolor sit" * 30
+    query = parse_query("narwhal")
+    excerpt, ranges = snippet(text, highlights(text, query))
+    assert excerpt.startswith("…")
+    assert excerpt.endswith("…")
+    assert len(excerpt) <= 170
+    assert [excerpt[s:e] for s, e in ranges] == ["narwhal"]
+    assert "\n" not in excerpt
