@@ -1,13 +1,26 @@
 // One conversation: its turns (text, tools, decisions, files), paging back on scroll, and the composer.
-import { html, useEffect, useLayoutEffect, useRef } from "../lib/html.js";
-import { renderMarkdown } from "../lib/markdown.js";
+import { Component, html, useEffect, useLayoutEffect, useMemo, useRef } from "../lib/html.js";
+import { renderMarkdown, splitBlocks } from "../lib/markdown.js";
 import { ApprovalCard, ClarifyCard, ToolCard } from "./cards.js";
 import { AttachmentList } from "./attachments.js";
 import { Composer } from "./composer.js";
 
+// One top-level block of an answer, rendered once for its text: while an answer streams, only its
+// last block changes, so only that one is parsed again and only its nodes are replaced.
+class MarkdownBlock extends Component {
+  shouldComponentUpdate(next) {
+    return next.text !== this.props.text;
+  }
+
+  render({ text }) {
+    // The only place text becomes HTML, and it has been through the sanitiser.
+    return html`<div class="md-block" dangerouslySetInnerHTML=${{ __html: renderMarkdown(text) }}></div>`;
+  }
+}
+
 function Markdown({ text }) {
-  // The only place text becomes HTML, and it has been through the sanitiser.
-  return html`<div class="markdown" dangerouslySetInnerHTML=${{ __html: renderMarkdown(text) }}></div>`;
+  const blocks = useMemo(() => splitBlocks(text), [text]);
+  return html`<div class="markdown">${blocks.map((block, index) => html`<${MarkdownBlock} key=${index} text=${block} />`)}</div>`;
 }
 
 const STATUS_NOTES = { cancelled: "Stopped.", failed: "The run failed." };
