@@ -1,13 +1,15 @@
 """Benchmark what a long streamed answer costs a client, on the wire, and the server, in CPU.
 
-Run: `.venv/bin/python bench/stream_bytes.py [--rounds N] [--words N] [--window-ms N] [--clients N]`
+Run: `.venv/bin/python bench/stream_bytes.py [--rounds N] [--words N] [--window-ms N] [--append-window-ms N]
+[--clients N]`
 
 Two servers (uvicorn from `build_uvicorn_config`, as `pheby serve` builds it) run in processes of their
-own, the demo Hermes in a third, alike but for the delta window: the default (`--window-ms`, 100)
-and 0 (every Hermes delta forwarded, as before coalescing). One WebSocket client (or `--clients`,
-all of the owner account, so all receive the run), with permessage-deflate offered or not, sends
-`chat.send` with `/demo echo` of N words: the demo streams the echo one word per delta, 10 ms apart.
-Cases alternate round by round.
+own, the demo Hermes in a third, alike but for the delta windows: the defaults (`--window-ms`, 100, for
+cumulative clients; `--append-window-ms`, 25, for clients that asked for append deltas) and 0 (every
+Hermes delta forwarded). One WebSocket client (or `--clients`, all of the owner account, so all
+receive the run), cumulative or asking for `delta_append`, with permessage-deflate offered or not,
+sends `chat.send` with `/demo say` of N words of seeded varied Markdown (`bench.varied_text`, 600
+distinct words): the demo streams it one word per delta, 10 ms apart. Cases alternate round by round.
 
 - frames / payload: the `message.delta` frames the client got, and the payload bytes of every frame
   of the run (after decompression); wire: the bytes the server sent for the run, counted by a TCP
@@ -17,14 +19,15 @@ Cases alternate round by round.
   it, same clock) to the arrival of the first frame whose text is at least as long as the visible
   draft after that delta (the server child records each delta's timestamp, see
   `bench.support.install_delta_recorder`; one clock, one machine); deltas emitted before the
-  server's reader got its first event are left out. "added" is the coalescing case minus the
-  window-0 case.
+  server's reader got its first event are left out. "added" is the windowed case minus the
+  every-delta case of the same form. An append client's text is the draft it rebuilds from `offset`
+  and `append`.
 - CPU: the server process's CPU time (user + system, all its threads, from /proc via psutil) over
-  the run; the demo Hermes and the clients are other processes. As a ratio to the window-0 case with
-  the same compression. It includes reading the run's SSE stream from Hermes and what the
-  server spends with nothing to do (pollers, uvicorn's tick) while the answer streams. For the
-  second, each server is first watched idle for a few seconds; an informational line gives the ratio
-  with that idle spending, over each run's time, taken off both sides (the target is the plain ratio).
+  the run; the demo Hermes and the clients are other processes. As a ratio to the every-delta case of
+  the same form and compression (an informational line gives append clients against cumulative ones
+  at every delta). It includes reading the run's SSE stream from Hermes and what the server spends
+  with nothing to do (pollers, uvicorn's tick) while the answer streams; each server is first
+  watched idle for a few seconds, and that spending is printed.
 """
 
 import argparse
@@ -38,7 +41,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal
 
 import psutil
 from websockets.asyncio.client import ClientConnection, connect
@@ -47,14 +50,19 @@ from websockets.exceptions import ConnectionClosed
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
 from bench.support import DemoChild, ServerChild, free_port, read_recorded_deltas
-from bench.ws_stream import SECRET, Compression, message_text, percentile
+from bench.varied_text import varied_text
+from bench.ws_stream import SECRET, Compression, percentile
 from pheby.files.media_tags import visible_draft
 
 TIMEOUT: Final = 120.0
-TARGET_WIRE_DEFLATE: Final = 3.0
-TARGET_WIRE_PLAIN: Final = 150.0
-TARGET_ADDED_P99_MS: Final = 120.0
-TARGET_CPU_RATIO: Final = 0.25
+Form = Literal["cumulative", "append"]
+FORMS: Final[tuple[Form, ...]] = ("cumulative", "append")
+TARGET_CUMULATIVE_WIRE_DEFLATE: Final = 3.0
+TARGET_CUMULATIVE_ADDED_P99_MS: Final = 120.0
+TARGET_APPEND_WIRE_DEFLATE: Final = 2.0
+TARGET_APPEND_WIRE_PLAIN: Final = 4.0
+TARGET_APPEND_ADDED_P99_MS: Final = 40.0
+TARGET_APPEND_CPU_RATIO: Final = 0.4
 IDLE_SECONDS: Final = 5.0  # how long each server is watched with nothing to do
 
 
@@ -121,11 +129,15 @@ class Client:
         self._reader = asyncio.create_task(self._read())
 
     @classmethod
-    async def open(cls, url: str, compression: Compression) -> "Client":
+    async def open(cls, url: str, compression: Compression, form: Form) -> "Client":
         ws = await connect(url, max_size=None, compression=compression, open_timeout=TIMEOUT)
-        await ws.send(json.dumps({"type": "hello", "request_id": "h", "secret": SECRET, "protocol_version": 1}))
-        if json.loads(await asyncio.wait_for(ws.recv(), TIMEOUT))["type"] != "ready":
-            raise RuntimeError("hello failed")
+        hello: dict[str, object] = {"type": "hello", "request_id": "h", "secret": SECRET, "protocol_version": 1}
+        if form == "append":
+            hello["features"] = ["delta_append"]
+        await ws.send(json.dumps(hello))
+        ready = json.loads(await asyncio.wait_for(ws.recv(), TIMEOUT))
+        if ready["type"] != "ready" or (form == "append" and ready.get("features") != ["delta_append"]):
+            raise RuntimeError(f"hello failed: {ready}")
         return cls(ws)
 
     async def _read(self) -> None:
@@ -193,7 +205,7 @@ async def one_run(clients: list[Client], proxy: CountingProxy, server: Server, t
     frames = client.frames[start:]
     result.answer_bytes = len(str(complete["text"]).encode())
     result.payload_bytes = sum(size for _, size, _ in frames)
-    arrivals = [(arrived, len(str(f["text"]))) for arrived, _, f in frames if f["type"] == "message.delta"]
+    arrivals = delta_arrivals(frames)
     result.delta_frames = len(arrivals)
     raw, subscribed = "", recorded[0][2] if recorded else 0.0
     index = 0
@@ -209,10 +221,27 @@ async def one_run(clients: list[Client], proxy: CountingProxy, server: Server, t
     return result
 
 
+def delta_arrivals(frames: list[tuple[float, int, dict[str, object]]]) -> list[tuple[float, int]]:
+    """When each `message.delta` arrived and how long the client's draft was then, in either form."""
+    arrivals: list[tuple[float, int]] = []
+    draft = ""
+    for arrived, _, frame in frames:
+        if frame["type"] != "message.delta":
+            continue
+        if "text" in frame:
+            draft = str(frame["text"])
+        else:
+            offset = frame["offset"]
+            assert isinstance(offset, int)
+            draft = draft[:offset] + str(frame["append"])
+        arrivals.append((arrived, len(draft)))
+    return arrivals
+
+
 async def bench(
     args: argparse.Namespace, ports: dict[int, int], servers: dict[int, Server]
 ) -> dict[str, list[RunResult]]:
-    text = "/demo echo " + message_text(args.words, 0)
+    text = "/demo say " + varied_text(args.words, 0)
     results: dict[str, list[RunResult]] = {}
     proxies = {window: CountingProxy(port) for window, port in ports.items()}
     for proxy in proxies.values():
@@ -223,106 +252,122 @@ async def bench(
             await asyncio.sleep(IDLE_SECONDS)
             server.idle_cpu_rate = (server.cpu() - before) / IDLE_SECONDS
         modes: tuple[Compression, ...] = ("deflate", None)
-        cases = [(window, compression) for window in proxies for compression in modes]
-        warm = "/demo echo " + message_text(20, 1)
+        cases = [(window, form, compression) for window in proxies for form in FORMS for compression in modes]
+        warm = "/demo say " + varied_text(20, 1)
         for round_ in range(args.rounds + 1):
-            for window, compression in cases:
+            for window, form, compression in cases:
                 # Only this case's clients are open: every connection of the account gets the run's events.
                 url = f"ws://127.0.0.1:{proxies[window].port}/ws"
-                clients = [await Client.open(url, compression) for _ in range(args.clients)]
+                clients = [await Client.open(url, compression, form) for _ in range(args.clients)]
                 try:
                     result = await one_run(clients, proxies[window], servers[window], warm if round_ == 0 else text)
                 finally:
                     for client in clients:
                         await client.close()
                 if round_ > 0:
-                    results.setdefault(label(window, compression), []).append(result)
+                    results.setdefault(label(window, form, compression), []).append(result)
     finally:
         for proxy in proxies.values():
             await proxy.stop()
     return results
 
 
-def label(window: int, compression: Compression) -> str:
-    return f"window {window} ms, {'deflate' if compression else 'no compression'}"
+def label(window: int, form: Form, compression: Compression) -> str:
+    return f"{form}, {'window' if window else 'every delta'}, {'deflate' if compression else 'no compression'}"
+
+
+@dataclass(frozen=True)
+class Figures:
+    frames: float
+    payload: float  # x the answer
+    wire: float  # x the answer
+    p50_ms: float
+    p99_ms: float
+    cpu: float  # seconds per answer
+
+
+def figures_of(runs: list[RunResult]) -> Figures:
+    latencies = [x for r in runs for x in r.latencies]
+    return Figures(
+        frames=statistics.median(r.delta_frames for r in runs),
+        payload=statistics.median(r.payload_bytes / r.answer_bytes for r in runs),
+        wire=statistics.median(r.wire_bytes / r.answer_bytes for r in runs),
+        p50_ms=percentile(latencies, 50) * 1000,
+        p99_ms=percentile(latencies, 99) * 1000,
+        cpu=statistics.median(r.cpu_seconds for r in runs),
+    )
 
 
 def report(results: dict[str, list[RunResult]], args: argparse.Namespace, servers_idle: dict[int, float]) -> None:
-    ms = 1000.0
     first = next(iter(results.values()))[0]
     print(
-        f"a /demo echo of {args.words} words ({first.answer_bytes} bytes of answer), one word per delta, "
-        f"{args.rounds} runs per case, {args.clients} client(s) receiving each; sizes per client as multiples "
-        "of the answer (median of the runs)"
+        f"/demo say of {args.words} words of varied text ({first.answer_bytes} bytes of answer), one word per "
+        f"delta, {args.rounds} runs per case, {args.clients} client(s) receiving each; windows {args.window_ms} ms "
+        f"(cumulative) and {args.append_window_ms} ms (append); sizes per client as multiples of the answer "
+        "(median of the runs); CPU ratio: to every delta forwarded, same form and compression"
     )
     print(
-        f"{'case':<34}{'delta frames':>13}{'payload':>10}{'wire':>9}{'p50 ms':>9}{'p99 ms':>9}"
-        f"{'CPU s':>8}{'CPU ratio':>11}"
+        f"{'case':<42}{'frames':>8}{'payload':>9}{'wire':>8}{'p50 ms':>8}{'p99 ms':>8}{'added p99':>10}"
+        f"{'CPU s':>7}{'CPU ratio':>10}"
     )
-    figures: dict[str, tuple[float, float, float, float]] = {}
-    for compression in ("deflate", None):
-        base = results[label(0, compression)]
-        base_cpu = statistics.median(r.cpu_seconds for r in base)
-        for window in (args.window_ms, 0):
-            runs = results[label(window, compression)]
-            latencies = [x for r in runs for x in r.latencies]
-            p50, p99 = percentile(latencies, 50) * ms, percentile(latencies, 99) * ms
-            frames = statistics.median(r.delta_frames for r in runs)
-            payload = statistics.median(r.payload_bytes / r.answer_bytes for r in runs)
-            wire = statistics.median(r.wire_bytes / r.answer_bytes for r in runs)
-            cpu = statistics.median(r.cpu_seconds for r in runs)
-            figures[label(window, compression)] = (wire, p50, p99, cpu / base_cpu)
-            print(
-                f"{label(window, compression):<34}{frames:>13.0f}{payload:>9.1f}x{wire:>8.1f}x{p50:>9.1f}{p99:>9.1f}"
-                f"{cpu:>8.2f}{cpu / base_cpu:>11.2f}"
-            )
-    window = args.window_ms
-    deflate, plain = figures[label(window, "deflate")], figures[label(window, None)]
-    added = [figures[label(window, c)][2] - figures[label(0, c)][2] for c in ("deflate", None)]
+    window = args.window_ms or args.append_window_ms
+    table: dict[str, Figures] = {name: figures_of(runs) for name, runs in results.items()}
+    for form in FORMS:
+        for compression in ("deflate", None):
+            base = table[label(0, form, compression)]
+            for at in (window, 0):
+                f = table[label(at, form, compression)]
+                print(
+                    f"{label(at, form, compression):<42}{f.frames:>8.0f}{f.payload:>8.2f}x{f.wire:>7.2f}x"
+                    f"{f.p50_ms:>8.1f}{f.p99_ms:>8.1f}{f.p99_ms - base.p99_ms:>10.1f}"
+                    f"{f.cpu:>7.2f}{f.cpu / base.cpu:>10.2f}"
+                )
+
+    def case(form: Form, compression: Compression) -> Figures:
+        return table[label(window, form, compression)]
+
+    def added(form: Form, compression: Compression) -> float:
+        return case(form, compression).p99_ms - table[label(0, form, compression)].p99_ms
+
+    def cpu_ratio(form: Form, compression: Compression) -> float:
+        return case(form, compression).cpu / table[label(0, form, compression)].cpu
+
+    cumulative, append, append_plain = case("cumulative", "deflate"), case("append", "deflate"), case("append", None)
     checks = [
+        ("append, deflate: added p99 <= 40 ms", added("append", "deflate"), TARGET_APPEND_ADDED_P99_MS, "ms"),
+        ("append, deflate: wire <= 2x the answer", append.wire, TARGET_APPEND_WIRE_DEFLATE, "x"),
         (
-            f"wire with deflate <= {TARGET_WIRE_DEFLATE:g}x the answer",
-            deflate[0] <= TARGET_WIRE_DEFLATE,
-            f"{deflate[0]:.2f}x",
+            "append, deflate: CPU <= 0.4x every delta forwarded",
+            cpu_ratio("append", "deflate"),
+            TARGET_APPEND_CPU_RATIO,
+            "x",
         ),
-        (f"wire without compression <= {TARGET_WIRE_PLAIN:g}x", plain[0] <= TARGET_WIRE_PLAIN, f"{plain[0]:.1f}x"),
+        ("append, no compression: wire <= 4x the answer", append_plain.wire, TARGET_APPEND_WIRE_PLAIN, "x"),
+        ("cumulative, deflate: wire <= 3x the answer", cumulative.wire, TARGET_CUMULATIVE_WIRE_DEFLATE, "x"),
         (
-            f"coalescing adds <= {TARGET_ADDED_P99_MS:g} ms at p99",
-            max(added) <= TARGET_ADDED_P99_MS,
-            " / ".join(f"{a:.1f} ms" for a in added) + " (deflate / none)",
-        ),
-        (
-            f"server CPU per answer <= {TARGET_CPU_RATIO:g}x forwarding every delta",
-            max(deflate[3], plain[3]) <= TARGET_CPU_RATIO,
-            f"{deflate[3]:.2f} / {plain[3]:.2f} (deflate / none)",
+            "cumulative, deflate: added p99 <= 120 ms",
+            added("cumulative", "deflate"),
+            TARGET_CUMULATIVE_ADDED_P99_MS,
+            "ms",
         ),
     ]
-    for name, met, figure in checks:
-        print(f"target: {name}: {'met' if met else 'NOT met'} ({figure})")
-    above = [above_idle_ratio(results, servers_idle, window, c) for c in ("deflate", None)]
+    for name, figure, target, unit in checks:
+        print(f"target: {name}: {'met' if figure <= target else 'NOT met'} ({figure:.2f} {unit})")
+    every = table[label(0, "cumulative", "deflate")].cpu
     print(
-        f"informational: the idle server spends {1000 * servers_idle[window]:.1f} / {1000 * servers_idle[0]:.1f} ms "
-        f"of CPU a second (window {window} / 0); the CPU ratio above that: {above[0]:.2f} / {above[1]:.2f} "
-        "(deflate / none)"
+        "informational: append at its window against cumulative at every delta (deflate): "
+        f"CPU {append.cpu / every:.2f}x; "
+        f"the idle server spends {1000 * servers_idle[window]:.1f} / {1000 * servers_idle[0]:.1f} ms of CPU a second "
+        "(windowed / every delta)"
     )
-
-
-def above_idle_ratio(
-    results: dict[str, list[RunResult]], idle: dict[int, float], window: int, compression: Compression
-) -> float:
-    """The CPU ratio of a case to window 0 once each server's idle spending over the run's time is taken off."""
-
-    def above(at: int) -> float:
-        return statistics.median(r.cpu_seconds - idle[at] * r.seconds for r in results[label(at, compression)])
-
-    return above(window) / above(0)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2, help="runs per case")
     parser.add_argument("--words", type=int, default=2000, help="words (deltas) in the echoed answer")
-    parser.add_argument("--window-ms", type=int, default=100, help="the coalescing window of the measured case")
+    parser.add_argument("--window-ms", type=int, default=100, help="the window of cumulative clients")
+    parser.add_argument("--append-window-ms", type=int, default=25, help="the window of append clients")
     parser.add_argument("--clients", type=int, default=1, help="connections of the account receiving each run")
     parser.add_argument("--delta-delay", type=float, default=0.01, help="the demo Hermes's delta pacing")
     args = parser.parse_args()
@@ -342,6 +387,7 @@ def main() -> None:
                     "hermes_url": demo.base_url,
                     "hermes_api_key": api_key,
                     "ws_delta_window_ms": window,
+                    "ws_append_window_ms": args.append_window_ms if window else 0,
                 }
                 record = Path(tmp) / f"deltas-{window}.json"
                 servers[window] = Server(ServerChild(flags, Path(tmp) / f"server-{window}.log", record), record)

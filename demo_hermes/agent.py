@@ -117,6 +117,13 @@ async def _chunks(turn: Turn) -> None:
     await turn.say("".join(chunks), chunks=chunks, delay=CHUNKS_DELAY)
 
 
+async def _say(turn: Turn) -> None:
+    """`/demo say <text>`: the text, verbatim, one word per delta on a fixed schedule (the demo's delta
+    pacing): an answer of any length and shape for benchmarks."""
+    rest = turn.text.split(maxsplit=2)
+    await turn.say(rest[2] if len(rest) > 2 else "(nothing to say)", paced=True)
+
+
 async def _fail(turn: Turn) -> None:
     """`/demo fail [error text]`: the run fails with that text (as a provider's error would read)."""
     words = turn.text.split(maxsplit=2)
@@ -145,6 +152,7 @@ _DIRECTIVES: Final[dict[str, Callable[[Turn], Awaitable[None]]]] = {
     "files": _files,
     "slow": _slow,
     "chunks": _chunks,
+    "say": _say,
     "fail": _fail,
     "echo": _echo,
     **NEWER_DIRECTIVES,
