@@ -5,11 +5,12 @@ renders), and draws a fast stream at most once per animation frame."""
 
 import itertools
 import json
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, WebSocket, expect
+from playwright.sync_api import Browser, WebSocket, WebSocketRoute, expect
 
 from pheby.settings import Settings
 from tests.browser import WebPage, open_page, wait_until
@@ -132,8 +133,25 @@ WATCH_FIRST_BLOCK = """() => {
 }"""
 
 
+def hello_without_features(socket: WebSocketRoute) -> None:
+    """Between page and server: the page's hello asks for nothing, as an older page's did."""
+    server = socket.connect_to_server()
+
+    def to_server(message: str | bytes) -> None:
+        frame = json.loads(message)
+        if frame.get("type") == "hello":
+            frame.pop("features", None)
+            message = json.dumps(frame)
+        server.send(message)
+
+    socket.on_message(to_server)
+
+
 def test_finished_blocks_keep_their_nodes_while_the_answer_streams(web: WebPage) -> None:
+    # With cumulative deltas (the feature not granted): the page renders both forms alike.
+    web.page.route_web_socket(re.compile(r"/ws$"), hello_without_features)
     web.sign_in().new_chat()
+    assert web.page.evaluate("window.pheby.client.connection.features") == []
     words = [f"word{n} " for n in range(12)]
     web.send("/demo chunks First paragraph stays.\\n\\n|" + "|".join(words) + "|\\n\\nThird paragraph.")
     # The second paragraph has begun: the first is finished.
@@ -168,6 +186,9 @@ COUNT_RENDERS_PER_FRAME = """() => {
     const inAnswer = (node) => (node.closest ? node : node.parentElement)?.closest(".bubble.assistant .markdown");
     const frames = window.rendersPerFrame;
     new MutationObserver((records) => {
+        // Drawings of the stream only: the one that shows message.complete (at once, as every event
+        // other than a delta) ends the answer's streaming state.
+        if (!document.querySelector(".bubble.assistant.streaming")) return;
         if (records.some((r) => inAnswer(r.target))) frames[window.frameNumber] = (frames[window.frameNumber] || 0) + 1;
     }).observe(document.querySelector(".transcript"), { subtree: true, childList: true, characterData: true });
 }"""

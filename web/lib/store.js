@@ -48,6 +48,12 @@ const emptyChat = () => ({
   notice: "", // a sentence about the last thing that went wrong here
 });
 
+// A streamed draft is drawn at an animation frame at least this long after the last drawing (the
+// first text of an answer at once). Each drawing costs the page's main thread some 3–5 ms (layout,
+// paint, the growing Markdown block; more on a slow device): at every frame (append deltas come
+// every 25 ms) a 20 s answer took 3.6 s of it in bench/browser_stream.py, at 50 ms 2.2 s, at 100 ms 1.5 s.
+const STREAM_DRAW_MS = 50;
+
 export class Store {
   constructor() {
     this.state = {
@@ -68,7 +74,12 @@ export class Store {
     this.queued = false; // a render is due at the end of this task
     this.frameQueued = false; // a render is due at the next animation frame
     this.dirty = false; // the state changed since the last render
-    this.renders = 0; // how many times the listeners were called (for the tests)
+    this.renders = 0; // how many times something was drawn (for the tests and bench/browser_stream.py)
+    // A streaming answer on screen listens to its own draft (subscribeDraft): a delta then redraws
+    // that answer alone, not the page (by message_id).
+    this.draftListeners = new Map();
+    this.grownDrafts = new Set(); // drafts changed since the last render, for their listeners
+    this.lastDraw = -Infinity; // when something was last drawn (performance.now())
     // Streamed drafts built from append deltas: their text and its length in code points, kept as
     // deltas come, so that no delta counts the whole draft again (by message_id).
     this.drafts = new Map();
@@ -82,13 +93,18 @@ export class Store {
     return () => this.listeners.delete(listener);
   }
 
-  // `deferred`: a streamed draft's change, drawn at the next animation frame with every other
-  // change made by then, so that a fast stream costs one render a frame. Anything else is drawn at
+  // `deferred`: a streamed draft's change, drawn at an animation frame (STREAM_DRAW_MS after the last
+  // drawing at the earliest) with every other change made by then, so that a fast stream costs at
+  // most one render a frame. Anything else is drawn at
   // the end of the task: several changes in one task (an event and what follows from it) make one
   // render, and it shows the deferred changes made before them too, in order.
   set(patch, { deferred = false } = {}) {
     this.state = { ...this.state, ...patch };
     this.dirty = true;
+    this.schedule(deferred);
+  }
+
+  schedule(deferred) {
     if (this.queued) return;
     if (!deferred) {
       this.queued = true;
@@ -98,18 +114,66 @@ export class Store {
       });
     } else if (!this.frameQueued) {
       this.frameQueued = true;
-      requestAnimationFrame(() => {
-        this.frameQueued = false;
-        this.flush();
-      });
+      const draw = () =>
+        requestAnimationFrame(() => {
+          this.frameQueued = false;
+          this.flush();
+        });
+      const wait = this.lastDraw + STREAM_DRAW_MS - performance.now();
+      if (wait > 0) setTimeout(draw, wait);
+      else draw();
     }
   }
 
   flush() {
-    if (!this.dirty) return; // drawn already, by an event that came after the deferred change
-    this.dirty = false;
+    // Nothing to do when an event that came after the deferred change has drawn it already.
+    if (!this.dirty && !this.grownDrafts.size) return;
     this.renders += 1;
-    for (const listener of this.listeners) listener(this.state);
+    this.lastDraw = performance.now();
+    if (this.dirty) {
+      this.dirty = false;
+      for (const listener of this.listeners) listener(this.state);
+    }
+    const grown = [...this.grownDrafts];
+    this.grownDrafts.clear();
+    for (const messageId of grown) for (const listener of this.draftListeners.get(messageId) || []) listener();
+  }
+
+  // `listener()` after each change of the streamed draft of `messageId` (read it with draftText).
+  subscribeDraft(messageId, listener) {
+    if (!this.draftListeners.has(messageId)) this.draftListeners.set(messageId, new Set());
+    this.draftListeners.get(messageId).add(listener);
+    return () => {
+      const listeners = this.draftListeners.get(messageId);
+      listeners.delete(listener);
+      if (!listeners.size) this.draftListeners.delete(messageId);
+    };
+  }
+
+  // The newest streamed draft of `messageId`, or undefined when it has none (any more).
+  draftText(messageId) {
+    const kept = this.drafts.get(messageId);
+    return kept && kept.text;
+  }
+
+  // A streamed draft changed. The state has it at once; what is drawn changes at the next animation
+  // frame: only the answer, when it is on screen and listening, else the page.
+  setDraft(id, messageId, text, points) {
+    this.drafts.set(messageId, { text, points });
+    const chat = this.chat(id);
+    const index = chat.messages.findIndex((m) => m.message_id === messageId);
+    if (index < 0 || !chat.messages[index].streaming || !this.draftListeners.has(messageId)) {
+      this.updateMessage(id, messageId, () => ({ text }), {
+        create: { message_id: messageId, role: "assistant", streaming: true },
+        deferred: true,
+      });
+      return;
+    }
+    const messages = chat.messages.slice();
+    messages[index] = { ...messages[index], text };
+    this.state = { ...this.state, chats: { ...this.state.chats, [id]: { ...chat, messages } } };
+    this.grownDrafts.add(messageId);
+    this.schedule(true);
   }
 
   chat(id) {
@@ -143,7 +207,7 @@ export class Store {
   // The length in code points of `text`, the draft of `messageId`: kept from its deltas, else counted.
   draftLength(messageId, text) {
     const kept = this.drafts.get(messageId);
-    return kept && kept.text === text ? kept.points : codePointCount(text);
+    return kept && kept.points !== null && kept.text === text ? kept.points : codePointCount(text);
   }
 
   // An append delta (`delta_append`): the first `offset` code points of the draft stay, `append`
@@ -165,12 +229,7 @@ export class Store {
       }
       kept = offset === length ? draft : dropCodePoints(draft, length - offset);
     }
-    const text = kept + append;
-    this.drafts.set(messageId, { text, points: offset + codePointCount(append) });
-    this.updateMessage(id, messageId, () => ({ text }), {
-      create: { message_id: messageId, role: "assistant", streaming: true },
-      deferred: true,
-    });
+    this.setDraft(id, messageId, kept + append, offset + codePointCount(append));
   }
 
   // Replace a conversation's state with its `conversation.history` snapshot (open and reconnect).
@@ -268,10 +327,7 @@ export class Store {
           break;
         }
         // Cumulative (a server that did not grant delta_append): the delta's text replaces the bubble's.
-        this.updateMessage(id, frame.message_id, () => ({ text: frame.text }), {
-          create: { message_id: frame.message_id, role: "assistant", streaming: true },
-          deferred: true,
-        });
+        this.setDraft(id, frame.message_id, frame.text, null);
         break;
       case "message.complete":
         this.forgetDraft(frame.message_id);
