@@ -175,7 +175,7 @@ def stream_once(
 
 
 def report(figures: Figures, args: argparse.Namespace) -> None:
-    form = "cumulative deltas (features stripped from the hello)" if args.cumulative else "as the page asks"
+    form = "cumulative (the hello's features stripped)" if args.cumulative else "in the form the page asks for"
     print(
         f"/demo say of varied Markdown, {figures.answer_words} words ({figures.answer_chars} characters), seed "
         f"{args.seed}, one word per delta every {1000 * args.delta_delay:g} ms; deltas {form}"
