@@ -3,6 +3,9 @@
 // every server frame goes to `onEvent`, connection changes to `onStatus`.
 
 export const PROTOCOL_VERSION = 1;
+// Protocol extensions this client asks for in its hello; `ready.features` says which were granted.
+// delta_append: `message.delta` as {offset, append} against the draft held (lib/store.js applies both forms).
+export const FEATURES = ["delta_append"];
 const HEARTBEAT_MS = 20000;      // our `ping`; a missing `pong` within PONG_TIMEOUT_MS means the socket is dead
 const PONG_TIMEOUT_MS = 10000;
 const REQUEST_TIMEOUT_MS = 30000;
@@ -34,6 +37,7 @@ export class PhebyConnection {
     this.stopped = false;
     this.ready = false;
     this.everReady = false;
+    this.features = []; // granted by the last `ready`
     this.heartbeat = null;
     this.pongTimer = null;
     this.retryTimer = null;
@@ -58,7 +62,9 @@ export class PhebyConnection {
     const socket = new WebSocket(this.url);
     this.socket = socket;
     socket.onopen = () => {
-      socket.send(JSON.stringify({ type: "hello", secret: this.secret, protocol_version: PROTOCOL_VERSION, request_id: "hello" }));
+      socket.send(
+        JSON.stringify({ type: "hello", secret: this.secret, protocol_version: PROTOCOL_VERSION, request_id: "hello", features: FEATURES }),
+      );
     };
     socket.onmessage = (message) => this.receive(socket, message.data);
     socket.onclose = () => {
@@ -80,6 +86,7 @@ export class PhebyConnection {
     if (!this.ready) {
       if (frame.type === "ready") {
         this.ready = true;
+        this.features = Array.isArray(frame.features) ? frame.features : [];
         this.attempt = 0;
         const first = !this.everReady;
         this.everReady = true;

@@ -1,18 +1,46 @@
 // One conversation: its turns (text, tools, decisions, files), paging back on scroll, and the composer.
-import { html, useEffect, useLayoutEffect, useRef } from "../lib/html.js";
-import { renderMarkdown } from "../lib/markdown.js";
+import { Component, html, useCallback, useEffect, useLayoutEffect, useMemo, useRef, useState } from "../lib/html.js";
+import { renderMarkdown, splitBlocks } from "../lib/markdown.js";
 import { ApprovalCard, ClarifyCard, ToolCard } from "./cards.js";
 import { AttachmentList } from "./attachments.js";
 import { Composer } from "./composer.js";
 
+// One top-level block of an answer, rendered once for its text: while an answer streams, only its
+// last block changes, so only that one is parsed again and only its nodes are replaced.
+class MarkdownBlock extends Component {
+  shouldComponentUpdate(next) {
+    return next.text !== this.props.text;
+  }
+
+  render({ text }) {
+    // The only place text becomes HTML, and it has been through the sanitiser.
+    return html`<div class="md-block" dangerouslySetInnerHTML=${{ __html: renderMarkdown(text) }}></div>`;
+  }
+}
+
 function Markdown({ text }) {
-  // The only place text becomes HTML, and it has been through the sanitiser.
-  return html`<div class="markdown" dangerouslySetInnerHTML=${{ __html: renderMarkdown(text) }}></div>`;
+  const blocks = useMemo(() => splitBlocks(text), [text]);
+  return html`<div class="markdown">${blocks.map((block, index) => html`<${MarkdownBlock} key=${index} text=${block} />`)}</div>`;
+}
+
+const Typing = () => html`<span class="typing" role="img" aria-label="The agent is thinking"><i></i><i></i><i></i></span>`;
+
+// An answer's text. While it streams, it follows its draft in the store by itself, so a delta
+// redraws this answer, not the page, and `onGrow` keeps the transcript at the bottom.
+function Answer({ store, message, onGrow }) {
+  const { message_id: messageId, streaming } = message;
+  const [, redraw] = useState(0);
+  useLayoutEffect(() => (streaming ? store.subscribeDraft(messageId, () => redraw((n) => n + 1)) : undefined), [store, messageId, streaming]);
+  useLayoutEffect(() => {
+    if (streaming) onGrow();
+  });
+  const text = (streaming && store.draftText(messageId)) || message.text;
+  return text ? html`<${Markdown} text=${text} />` : html`<${Typing} />`;
 }
 
 const STATUS_NOTES = { cancelled: "Stopped.", failed: "The run failed." };
 
-function Turn({ client, chat, conversationId, message }) {
+function Turn({ client, chat, conversationId, message, onGrow }) {
   const runId = message.run_id;
   const attachments = chat.attachments.filter((a) => a.message_id === message.message_id);
   if (message.role === "user") {
@@ -33,7 +61,7 @@ function Turn({ client, chat, conversationId, message }) {
     ${clarifications.map((c) => html`<${ClarifyCard} key=${c.clarify_id} client=${client} conversationId=${conversationId} clarify=${c} />`)}
     ${(message.text || message.streaming) &&
     html`<div class=${`bubble assistant${message.streaming ? " streaming" : ""}`} aria-busy=${message.streaming ? "true" : "false"}>
-      ${message.text ? html`<${Markdown} text=${message.text} />` : html`<span class="typing" role="img" aria-label="The agent is thinking"><i></i><i></i><i></i></span>`}
+      <${Answer} store=${client.store} message=${message} onGrow=${onGrow} />
     </div>`}
     <${AttachmentList} attachments=${attachments} />
     ${STATUS_NOTES[message.status] && html`<p class=${`run-status ${message.status}`}>${STATUS_NOTES[message.status]}${message.error ? ` ${message.error}` : ""}</p>`}
@@ -72,6 +100,12 @@ export function ChatView({ client, state, conversation }) {
     pinned.current = true;
   }, [id]);
 
+  // A streaming answer grew (it redraws by itself): follow it while the person is at the bottom.
+  const follow = useCallback(() => {
+    const el = scroller.current;
+    if (el && pinned.current && !previousHeight.current) el.scrollTop = el.scrollHeight;
+  }, []);
+
   const known = new Set(chat.messages.map((m) => m.message_id));
   const loose = chat.attachments.filter((a) => !known.has(a.message_id));
   const runIds = new Set(chat.messages.map((m) => m.run_id).filter(Boolean));
@@ -83,7 +117,7 @@ export function ChatView({ client, state, conversation }) {
       ${!chat.loaded && html`<p class="muted center">Loading…</p>`}
       ${chat.loaded && chat.messages.length === 0 && html`<div class="empty-chat"><h2>What can I help with?</h2>
         <p class="muted">Try <code>/demo tool</code>, <code>/demo approve</code>, <code>/demo clarify</code> or <code>/demo image</code> on the demo agent.</p></div>`}
-      ${chat.messages.map((m) => html`<${Turn} key=${m.message_id} client=${client} chat=${chat} conversationId=${id} message=${m} />`)}
+      ${chat.messages.map((m) => html`<${Turn} key=${m.message_id} client=${client} chat=${chat} conversationId=${id} message=${m} onGrow=${follow} />`)}
       ${looseDecisions.map((d) =>
         d.approval_id
           ? html`<${ApprovalCard} key=${d.approval_id} client=${client} approval=${d} />`
