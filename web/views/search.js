@@ -5,8 +5,6 @@ import { html, useEffect, useRef, useState } from "../lib/html.js";
 import { sentence } from "../lib/client.js";
 
 const DEBOUNCE_MS = 250;
-const RESULTS = 20; // shown at most
-const MAX_PAGES = 8; // requests a search may make to fill them
 
 // The snippet as text pieces, the highlighted ones in <mark>. Ranges count code points, as the
 // server does, so the snippet is split into code points first (an emoji is one, not two).
@@ -43,15 +41,8 @@ export function SearchBox({ client, onPick }) {
     const asked = ++latest.current;
     const timer = setTimeout(async () => {
       try {
-        // A page may come short (the server reads a large account a bounded part at a time): follow its
-        // cursor to older rows, a few pages at most, while this is still the query typed.
-        let page = await client.request("conversation.search", { query: text, limit: RESULTS });
-        let results = page.results;
-        for (let more = 1; results.length < RESULTS && page.next_cursor && more < MAX_PAGES && asked === latest.current; more++) {
-          page = await client.request("conversation.search", { query: text, limit: RESULTS - results.length, cursor: page.next_cursor });
-          results = results.concat(page.results);
-        }
-        if (asked === latest.current) setFound({ results, error: null });
+        const page = await client.request("conversation.search", { query: text, limit: 20 });
+        if (asked === latest.current) setFound({ results: page.results, error: null });
       } catch (error) {
         if (asked === latest.current) setFound({ results: [], error: sentence(error) });
       }
