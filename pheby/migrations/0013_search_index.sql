@@ -79,10 +79,10 @@ FROM (
 ) s
 JOIN search_partitions p ON p.account_id = s.account_id;
 
--- Contentless (the text is not copied), full detail (phrases), prefix indexes of 2 and 3 characters
+-- Contentless (the text is not copied), full detail (phrases), prefix indexes of 2, 3 and 4 characters
 -- (short `prefix*` terms read one list instead of merging every term's); folded case and diacritics.
 CREATE VIRTUAL TABLE search_index USING fts5(
-    body, content = '', detail = full, prefix = '2 3', tokenize = 'unicode61 remove_diacritics 2'
+    body, content = '', detail = full, prefix = '2 3 4', tokenize = 'unicode61 remove_diacritics 2'
 );
 INSERT INTO search_index (rowid, body) SELECT id, text FROM history_log;
 INSERT INTO search_index (rowid, body)

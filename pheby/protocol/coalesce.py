@@ -28,7 +28,7 @@ from pheby.protocol.hub import EVENT_ARRIVED, Hub
 
 Forward = Callable[[str, Event], None]
 DEFAULT_WINDOW_SECONDS = 0.1
-DEFAULT_APPEND_WINDOW_SECONDS = 0.025
+DEFAULT_APPEND_WINDOW_SECONDS = 0.03
 
 
 @dataclass
