@@ -38,14 +38,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from playwright.sync_api import Page, WebSocket, WebSocketRoute, expect
+from playwright.sync_api import Page, WebSocket, expect
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
 from bench.support import DemoChild, ServerChild, free_port
 from bench.varied_text import varied_text
 from bench.ws_stream import SECRET
-from tests.browser import launched_chromium
+from tests.browser import hello_without_features, launched_chromium
 
 TIMEOUT_S: Final = 180.0
 SETTLE_MS: Final = 500  # after run.finished: the last render
@@ -106,19 +106,6 @@ def merged(tasks: list[tuple[float, float]]) -> list[tuple[float, float]]:
         else:
             out.append((start, end))
     return out
-
-
-def hello_without_features(socket: WebSocketRoute) -> None:
-    server = socket.connect_to_server()
-
-    def to_server(message: str | bytes) -> None:
-        frame = json.loads(message)
-        if frame.get("type") == "hello":
-            frame.pop("features", None)
-            message = json.dumps(frame)
-        server.send(message)
-
-    socket.on_message(to_server)
 
 
 def stream_once(

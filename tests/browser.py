@@ -4,6 +4,7 @@ watched for errors. Screenshots go to `test-artifacts/` (gitignored).
 """
 
 import asyncio
+import json
 import os
 import re
 from collections.abc import Callable, Coroutine, Iterator
@@ -13,7 +14,7 @@ from typing import Any, TypeVar
 from unittest import mock
 
 import pytest
-from playwright.sync_api import Browser, ConsoleMessage, Dialog, Page, expect, sync_playwright
+from playwright.sync_api import Browser, ConsoleMessage, Dialog, Page, WebSocketRoute, expect, sync_playwright
 
 from tests.live_server import LiveServer
 
@@ -158,3 +159,17 @@ async def drop_all_sockets(live: LiveServer) -> int:
     for connection in connections:
         await connection._close(1012, "service restart")
     return len(connections)
+
+
+def hello_without_features(socket: WebSocketRoute) -> None:
+    """Between page and server: the page's hello asks for nothing, as an older page's did."""
+    server = socket.connect_to_server()
+
+    def to_server(message: str | bytes) -> None:
+        frame = json.loads(message)
+        if frame.get("type") == "hello":
+            frame.pop("features", None)
+            message = json.dumps(frame)
+        server.send(message)
+
+    socket.on_message(to_server)

@@ -10,10 +10,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, WebSocket, WebSocketRoute, expect
+from playwright.sync_api import Browser, WebSocket, expect
 
 from pheby.settings import Settings
-from tests.browser import WebPage, open_page, wait_until
+from tests.browser import WebPage, hello_without_features, open_page, wait_until
 from tests.live_server import LiveServer
 
 pytestmark = [pytest.mark.live, pytest.mark.xdist_group("browser-streaming")]
@@ -131,20 +131,6 @@ WATCH_FIRST_BLOCK = """() => {
         .observe(first.parentNode, { subtree: true, childList: true, characterData: true, attributes: true });
     return first.parentNode.closest(".markdown").textContent.length;
 }"""
-
-
-def hello_without_features(socket: WebSocketRoute) -> None:
-    """Between page and server: the page's hello asks for nothing, as an older page's did."""
-    server = socket.connect_to_server()
-
-    def to_server(message: str | bytes) -> None:
-        frame = json.loads(message)
-        if frame.get("type") == "hello":
-            frame.pop("features", None)
-            message = json.dumps(frame)
-        server.send(message)
-
-    socket.on_message(to_server)
 
 
 def test_finished_blocks_keep_their_nodes_while_the_answer_streams(web: WebPage) -> None:
