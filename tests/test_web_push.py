@@ -184,18 +184,29 @@ def wait_for_controller(page: Page) -> None:
 
 
 class PushDelivery:
-    """Hands pushes to the page's service worker, as a push service would, through the DevTools protocol."""
+    """Hands pushes to the page's service worker, as a push service would, through the DevTools protocol.
+
+    A push is handed over only once the registration's active worker is running (started first if it
+    was stopped): handed to a worker still starting, Chromium can drop it when the machine is loaded,
+    and no notification ever shows.
+    """
 
     def __init__(self, page: Page, origin: str) -> None:
         self.page = page
         self.origin = origin
         self.session: CDPSession = page.context.new_cdp_session(page)
         self.registrations: list[dict[str, Any]] = []
+        self.versions: dict[str, dict[str, Any]] = {}  # by versionId, the newest state of each
         self.session.on("ServiceWorker.workerRegistrationUpdated", self._updated)
+        self.session.on("ServiceWorker.workerVersionUpdated", self._versions)
         self.session.send("ServiceWorker.enable")
 
     def _updated(self, event: dict[str, Any]) -> None:
         self.registrations.extend(event["registrations"])
+
+    def _versions(self, event: dict[str, Any]) -> None:
+        for version in event["versions"]:
+            self.versions[version["versionId"]] = version
 
     def registration_id(self) -> str:
         def at_the_root() -> list[dict[str, Any]]:
@@ -205,8 +216,18 @@ class PushDelivery:
             wait_until(self.page, at_the_root, "a service worker registration at the root")[-1]["registrationId"]
         )
 
+    def _running(self, registration_id: str) -> bool:
+        return any(
+            v["registrationId"] == registration_id and v["status"] == "activated" and v["runningStatus"] == "running"
+            for v in self.versions.values()
+        )
+
     def deliver(self, payload: dict[str, Any]) -> None:
-        data = {"origin": self.origin, "registrationId": self.registration_id(), "data": json.dumps(payload)}
+        registration_id = self.registration_id()
+        if not self._running(registration_id):
+            self.session.send("ServiceWorker.startWorker", {"scopeURL": self.origin + "/"})
+            wait_until(self.page, lambda: self._running(registration_id), "the service worker running")
+        data = {"origin": self.origin, "registrationId": registration_id, "data": json.dumps(payload)}
         self.session.send("ServiceWorker.deliverPushMessage", data)
 
 
