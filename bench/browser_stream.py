@@ -207,13 +207,7 @@ def main() -> None:
         demo = DemoChild(api_key, Path(tmp) / "demo.log", delta_delay=args.delta_delay)
         server: ServerChild | None = None
         try:
-            flags = {
-                "data_dir": str(Path(tmp) / "data"),
-                "port": free_port(),
-                "secret": SECRET,
-                "hermes_url": demo.base_url,
-                "hermes_api_key": api_key,
-            }
+            flags = demo.server_flags(Path(tmp) / "data", free_port(), SECRET)
             server = ServerChild(flags, Path(tmp) / "server.log")
             with launched_chromium() as browser:
                 context = browser.new_context(viewport={"width": 1280, "height": 900})

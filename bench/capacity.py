@@ -651,15 +651,9 @@ async def idle_phase(args: argparse.Namespace, root: Path, cpus: Cpus) -> tuple[
     server: Server | None = None
     children: list[ClientChild] = []
     try:
-        flags = {
-            "data_dir": str(data_dir),
-            "port": free_port(),
-            "secret": SECRET,
-            "hermes_url": demo.base_url,
-            "hermes_api_key": API_KEY,
-            "ws_hello_timeout": TIMEOUT,
-            "ws_max_connections": max(steps) + 1000,
-        }
+        flags = demo.server_flags(
+            data_dir, free_port(), SECRET, ws_hello_timeout=TIMEOUT, ws_max_connections=max(steps) + 1000
+        )
         server = Server(flags, root / "idle-server.log", None, cpus[0])
         await probe(server.ws_url, probe_token, 20)  # warm-up
         await asyncio.sleep(1.0)
@@ -953,16 +947,14 @@ async def stream_phase(args: argparse.Namespace, root: Path, cpus: Cpus) -> list
         tokens, idle_tokens = tokens[:accounts], tokens[accounts:]
         record_dir = root / "recorded"
         record_dir.mkdir()
-        flags = {
-            "data_dir": str(data_dir),
-            "port": free_port(),
-            "secret": SECRET,
-            "hermes_url": demos[0].base_url,
-            "hermes_api_key": API_KEY,
-            "ws_hello_timeout": TIMEOUT,
-            "ws_delta_window_ms": args.window_ms,
-            "ws_max_connections": max(10_000, args.with_idle + accounts + 100),
-        }
+        flags = demos[0].server_flags(
+            data_dir,
+            free_port(),
+            SECRET,
+            ws_hello_timeout=TIMEOUT,
+            ws_delta_window_ms=args.window_ms,
+            ws_max_connections=max(10_000, args.with_idle + accounts + 100),
+        )
         server = Server(flags, root / "stream-server.log", record_dir, cpus[0])
         print(f"  {len(demos)} demo Hermes, each with no limit of concurrent runs (max_concurrent_runs=0)", flush=True)
         if args.with_idle:

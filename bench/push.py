@@ -409,14 +409,7 @@ def main() -> None:
         server: ServerChild | None = None
         service = PushService()
         try:
-            flags = {
-                "data_dir": str(Path(tmp) / "data"),
-                "port": free_port(),
-                "secret": SECRET,
-                "hermes_url": demo.base_url,
-                "hermes_api_key": API_KEY,
-                "push_allow_hosts": [PUSH_HOST],
-            }
+            flags = demo.server_flags(Path(tmp) / "data", free_port(), SECRET, push_allow_hosts=[PUSH_HOST])
             subject = subject_of(load_settings({}, **flags))  # what the server signs with
             server = ServerChild(flags, Path(tmp) / "server.log")
             service.start()

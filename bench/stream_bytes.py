@@ -400,15 +400,13 @@ def main() -> None:
             ports: dict[int, int] = {}
             for window in (args.window_ms, 0):
                 ports[window] = free_port()
-                flags = {
-                    "data_dir": str(Path(tmp) / f"window-{window}"),
-                    "port": ports[window],
-                    "secret": SECRET,
-                    "hermes_url": demo.base_url,
-                    "hermes_api_key": api_key,
-                    "ws_delta_window_ms": window,
-                    "ws_append_window_ms": args.append_window_ms if window else 0,
-                }
+                flags = demo.server_flags(
+                    Path(tmp) / f"window-{window}",
+                    ports[window],
+                    SECRET,
+                    ws_delta_window_ms=window,
+                    ws_append_window_ms=args.append_window_ms if window else 0,
+                )
                 record = Path(tmp) / f"deltas-{window}.json"
                 servers[window] = Server(ServerChild(flags, Path(tmp) / f"server-{window}.log", record), record)
             results = asyncio.run(bench(args, ports, servers))

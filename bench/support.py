@@ -198,6 +198,17 @@ class DemoChild(ChildProcess):
             time.sleep(0.05)
         self.base_url = f"http://127.0.0.1:{int(port_file.read_text())}"
 
+    def server_flags(self, data_dir: Path, port: int, secret: str, **extra: Any) -> dict[str, Any]:
+        """The flags of a server child (`ServerChild`) on `port` that reaches this demo Hermes."""
+        return {
+            "data_dir": str(data_dir),
+            "port": port,
+            "secret": secret,
+            "hermes_url": self.base_url,
+            "hermes_api_key": self.api_key,
+            **extra,
+        }
+
 
 def _demo_child(options_json: str, port_file: str) -> None:
     from demo_hermes.server import DemoHermesServer  # only the demo child needs it

@@ -382,14 +382,7 @@ async def connection_memory(
 
 def measure_memory(demo: DemoChild, data_dir: Path, count: int, compression: Compression) -> tuple[int, int]:
     port = free_port()
-    flags = {
-        "data_dir": str(data_dir),
-        "port": port,
-        "secret": SECRET,
-        "hermes_url": demo.base_url,
-        "hermes_api_key": demo.api_key,
-        "ws_hello_timeout": 30.0,
-    }
+    flags = demo.server_flags(data_dir, port, SECRET, ws_hello_timeout=30.0)
     data_dir.mkdir(parents=True, exist_ok=True)
     secrets = asyncio.run(api_tokens(data_dir, count // 30 + 1))
     log_path = data_dir / "server.log"
@@ -439,15 +432,8 @@ def main() -> None:
         demo = DemoChild(api_key, Path(tmp) / "demo.log", delta_delay=args.delta_delay)
         try:
             port = free_port()
-            flags = {
-                "data_dir": str(Path(tmp) / "latency"),
-                "port": port,
-                "secret": SECRET,
-                "hermes_url": demo.base_url,
-                "hermes_api_key": api_key,
-                "ws_hello_timeout": 30.0,
-                "ws_delta_window_ms": 0,  # every delta forwarded: the latency of the path itself, not of coalescing
-            }
+            # Every delta forwarded (window 0): the latency of the path itself, not of coalescing.
+            flags = demo.server_flags(Path(tmp) / "latency", port, SECRET, ws_hello_timeout=30.0, ws_delta_window_ms=0)
             recorded = Recorded(Path(tmp) / "deltas.json")
             server = ServerChild(flags, Path(tmp) / "server.log", recorded.path)
             try:
