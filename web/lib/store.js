@@ -50,9 +50,9 @@ const emptyChat = () => ({
 
 // A streamed draft is drawn at an animation frame at least this long after the last drawing (the
 // first text of an answer at once). Each drawing costs the page's main thread some 3–5 ms (layout,
-// paint, the growing Markdown block; more on a slow device): at every frame (append deltas come
-// every 25 ms) a 20 s answer took 3.6 s of it in one run of bench/browser_stream.py, 1.7–2.2 s at 50 ms,
-// 1.5 s at 100 ms (the page of before, redrawing all at each 100 ms cumulative delta: 1.9 s).
+// paint, the growing Markdown block; more on a slow device): in bench/browser_stream.py, with append
+// deltas every 25 ms, a 20 s answer took 3.6 s of it drawn at every frame, 1.7–2.2 s at 50 ms, 1.5 s at
+// 100 ms (the page of before, redrawing all at each 100 ms cumulative delta: 1.9 s).
 const STREAM_DRAW_MS = 50;
 
 export class Store {
