@@ -7,8 +7,9 @@ with no step in between. The query grammar and the snippets are checked as pure 
 """
 
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -22,6 +23,7 @@ from pheby.store.accounts import Accounts
 from pheby.store.conversations import Conversations, TranscriptTurn
 
 pytestmark = pytest.mark.anyio
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -173,6 +175,72 @@ async def test_phrases_prefixes_and_folding(db: Database) -> None:
     assert {r.message_id for r in (await search.search(alice.id, "caf*")).results} == set(ids)
     [hit] = (await search.search(alice.id, "cafet*")).results
     assert [hit.snippet[s:e] for s, e in hit.highlights] == ["Caféteria"]
+
+
+async def traced(db: Database, action: Awaitable[T]) -> tuple[T, list[str]]:
+    """What `action` returns, and the SQL statements it ran on the database's connection (values bound)."""
+    statements: list[str] = []
+    await db.run(lambda conn: conn.set_trace_callback(statements.append))
+    try:
+        return await action, statements
+    finally:
+        await db.run(lambda conn: conn.set_trace_callback(None))
+
+
+async def test_one_term_is_ranked_in_bm25s_order_without_bm25s_count_over_every_account(db: Database) -> None:
+    accounts, conversations, search = Accounts(db), Conversations(db), SearchIndex(db)
+    alice, bob = await accounts.create("alice"), await accounts.create("bob")
+    bobs = await conversations.create(bob.id, "Bob's")
+    await log(conversations, bobs.id, *[f"sea otter sea otters note {i}" for i in range(30)])
+    chat = await conversations.create(alice.id, "Otters")
+    texts = [
+        "a sea otter",
+        "the sea otter and the sea otter again, a sea otter thrice",
+        "sea otter " + "with many other words around it " * 6,
+        "otters and a sea otter",
+        "seaweed only",
+        "sea, otter: punctuation between",
+        "Sea Otter in capitals and a sea otter",
+        "no match here at all",
+    ]
+    await log(conversations, chat.id, *texts)
+    first = PARTITION_ROWS * 1  # alice's partition: the first account created
+    for query in ('"sea otter"', "otter", "ott*", "otter*", "sea*"):
+        page, statements = await traced(db, search.search(alice.id, query, limit=50))
+        assert not [s for s in statements if "bm25(" in s], query  # no count over every account's rows
+        conn = sqlite3.connect(db.path)
+        try:
+            expected = [
+                f"m{rowid - first}"
+                for (rowid,) in conn.execute(
+                    "SELECT rowid FROM search_index WHERE search_index MATCH ? AND rowid >= ? AND rowid < ? "
+                    "ORDER BY bm25(search_index), rowid DESC",
+                    (parse_query(query).match_expression(), first, first + PARTITION_ROWS // 2),
+                )
+            ]
+        finally:
+            conn.close()
+        assert [r.message_id for r in page.results if r.kind == "message"] == expected, query
+        assert len(expected) >= 3
+
+
+async def test_a_prefix_longer_than_the_index_keeps_is_looked_up_by_the_kept_one_then_checked(db: Database) -> None:
+    accounts, conversations = Accounts(db), Conversations(db)
+    search = SearchIndex(db, window=2)
+    alice = await accounts.create("alice")
+    chat = await conversations.create(alice.id, "Cafés")
+    ids = await log(conversations, chat.id, "the cafeteria opens", "Cafétérias close", *["cafes and cafés"] * 5)
+    # The newest windows hold only "cafe…" words that are not "cafete…": the page reads on to older windows.
+    page, statements = await traced(db, search.search(alice.id, "cafete*"))
+    assert {r.message_id for r in page.results} == set(ids[:2])
+    assert [page.results[0].snippet[s:e] for s, e in page.results[0].highlights] in (["cafeteria"], ["Cafétérias"])
+    assert any("MATCH '\"cafe\"*'" in s for s in statements)  # the index's 4-letter prefix list
+    assert page.next_cursor is not None  # its window was full: older rows may match
+    rest = await search.search(alice.id, "cafete*", cursor=page.next_cursor)
+    assert (rest.results, rest.next_cursor) == ([], None)
+    both = await search.search(alice.id, "cafete* opens")  # with another term: bm25() ranks, the check still holds
+    assert [r.message_id for r in both.results] == [ids[0]]
+    assert (await search.search(alice.id, "cafetx*")).results == []
 
 
 @pytest.mark.parametrize(

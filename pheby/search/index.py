@@ -5,7 +5,9 @@ Ranking is BM25, over windows of the account's matching rows, newest first: a pa
 newest `window` matches (all of them, unless a term is very common) and pages through them by
 rank; once a window is read, the next cursor goes on to the next older window. So a search reads
 at most `window` rows of the index however much the account holds, the best match of a window
-comes first, and every match is reachable. Only the caller's partition of the index is read (a
+comes first, and every match is reachable. A query of several terms is ranked by FTS5's `bm25()`;
+one of a single term by `pheby.search.ranking`, which gives the same order without `bm25()`'s
+count over the whole table. Only the caller's partition of the index is read (a
 rowid range), so another account's rows are never candidates.
 """
 
@@ -21,11 +23,13 @@ from pheby.db import Database
 from pheby.errors import BadRequest
 from pheby.protocol.frames import SearchHitAttachment, SearchResult, iso_utc
 from pheby.search.query import SearchQuery, parse_query
+from pheby.search.ranking import Ranker, average_length, idf_free, lengths, lookup_query
 from pheby.search.snippets import highlights, snippet
 
 PAGE_MAX: Final = 50
 PAGE_DEFAULT: Final = 20
 WINDOW: Final = 500  # index rows ranked at a time
+WINDOWS_PER_PAGE: Final = 8  # windows read for one page when a window's candidates hold no match
 PARTITION_ROWS: Final = 1 << 40  # an account's range of index rows: messages, then labels
 MESSAGE_ROWS: Final = 1 << 39
 _CURSOR = re.compile(r"(\d{1,19})\.(\d{1,6})")
@@ -67,25 +71,58 @@ class SearchIndex:
             return SearchPage(results=[], next_cursor=None)
         first = int(row[0]) * PARTITION_ROWS
         at = self._window_at(first, cursor)
+        ranker = Ranker(query)
+        below, offset, pinned = at.below, at.offset, cursor is not None
+        for _ in range(WINDOWS_PER_PAGE):
+            candidates = self._candidates(conn, query, first, below)
+            if not pinned and candidates:
+                below = candidates[0][0] + 1  # later pages keep this window
+            ranked = self._ranked(conn, first, ranker, candidates)
+            shown = ranked[offset : offset + limit]
+            if offset + limit < len(ranked):
+                next_cursor: str | None = f"{below}.{offset + limit}"
+            elif len(candidates) == self._window:
+                next_cursor = f"{candidates[-1][0]}.0"  # the next, older window
+            else:
+                next_cursor = None
+            if shown or next_cursor is None:
+                break
+            # None of this window's candidates was a match (a long prefix's): read the next window.
+            below, offset, pinned = candidates[-1][0], 0, True
+        results = _results(conn, account_id, first, query, shown, self._clock())
+        return SearchPage(results=results, next_cursor=next_cursor)
+
+    def _candidates(
+        self, conn: sqlite3.Connection, query: SearchQuery, first: int, below: int
+    ) -> list[tuple[int, float]]:
+        """The window's rows the MATCH finds, newest first: (rowid, bm25) for a query of several terms,
+        (rowid, 0.0) for one term (ranked in `_ranked`, without bm25()'s whole-table count)."""
+        score = "0.0" if idf_free(query) else "bm25(search_index)"
         try:
-            matches: list[tuple[int, float]] = conn.execute(
-                "SELECT rowid, bm25(search_index) FROM search_index "
+            return conn.execute(
+                f"SELECT rowid, {score} FROM search_index "  # noqa: S608 - one of two constants
                 "WHERE search_index MATCH ? AND rowid >= ? AND rowid < ? ORDER BY rowid DESC LIMIT ?",
-                (query.match_expression(), first, at.below, self._window),
+                (lookup_query(query).match_expression(), first, below, self._window),
             ).fetchall()
         except sqlite3.OperationalError:  # the index refused the expression: still the client's query
             raise BadRequest("This query can't be searched; try other words") from None
-        below = matches[0][0] + 1 if cursor is None and matches else at.below  # later pages keep this window
-        ranked = sorted(matches, key=lambda match: (match[1], -match[0]))
-        shown = ranked[at.offset : at.offset + limit]
-        if at.offset + limit < len(ranked):
-            next_cursor: str | None = f"{below}.{at.offset + limit}"
-        elif len(matches) == self._window:
-            next_cursor = f"{matches[-1][0]}.0"  # the next, older window
-        else:
-            next_cursor = None
-        results = _results(conn, account_id, first, query, [rowid for rowid, _ in shown], self._clock())
-        return SearchPage(results=results, next_cursor=next_cursor)
+
+    def _ranked(
+        self, conn: sqlite3.Connection, first: int, ranker: Ranker, candidates: list[tuple[int, float]]
+    ) -> list[int]:
+        """The candidates that match, best first; ties newest first."""
+        if ranker.single_term:
+            rowids = [rowid for rowid, _ in candidates]
+            texts, sizes = _texts(conn, first, rowids), lengths(conn, "search_index", rowids)
+            return ranker.ranked(rowids, texts, sizes, average_length(conn, "search_index"))
+        if ranker.filters:
+            texts = _texts(conn, first, [rowid for rowid, _ in candidates])
+            candidates = [
+                (rowid, bm25)
+                for rowid, bm25 in candidates
+                if (text := texts.get(rowid)) is not None and ranker.holds(ranker.frequencies(text))
+            ]
+        return [rowid for rowid, _ in sorted(candidates, key=lambda match: (match[1], -match[0]))]
 
     def _window_at(self, first: int, cursor: str | None) -> _Window:
         if cursor is None:
@@ -119,6 +156,28 @@ class _LabelRow(NamedTuple):
     message_id: str | None
     created_at: float | None
     expires_at: float | None
+
+
+def _texts(conn: sqlite3.Connection, first: int, rowids: Sequence[int]) -> dict[int, str]:
+    """The text each index row was made of (a message, a conversation's name, an attachment's name and
+    text), by rowid; a row gone meanwhile is missing."""
+    messages = msgspec.json.encode([r for r in rowids if r - first < MESSAGE_ROWS]).decode()
+    labels = msgspec.json.encode([r for r in rowids if r - first >= MESSAGE_ROWS]).decode()
+    found: dict[int, str] = dict(
+        conn.execute(
+            "SELECT h.id, h.text FROM json_each(?) wanted CROSS JOIN history_log h ON h.id = wanted.value", (messages,)
+        ).fetchall()
+    )
+    found.update(
+        conn.execute(
+            "SELECT l.id, CASE WHEN l.attachment_id IS NULL THEN c.name "
+            "ELSE a.filename || char(10) || a.extracted_text END "
+            "FROM json_each(?) wanted CROSS JOIN search_labels l ON l.id = wanted.value "
+            "JOIN conversations c ON c.id = l.conversation_id LEFT JOIN attachments a ON a.id = l.attachment_id",
+            (labels,),
+        ).fetchall()
+    )
+    return {rowid: text for rowid, text in found.items() if text is not None}
 
 
 def _results(

@@ -23,7 +23,10 @@ def is_token_char(char: str) -> bool:
 
 def fold(word: str) -> str:
     """Lower case, diacritics removed (é → e, Å → a)."""
-    decomposed = unicodedata.normalize("NFD", word.lower())
+    lowered = word.lower()
+    if lowered.isascii():  # most text: nothing to decompose
+        return lowered
+    decomposed = unicodedata.normalize("NFD", lowered)
     return "".join(c for c in decomposed if not unicodedata.combining(c))
 
 

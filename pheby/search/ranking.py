@@ -1,0 +1,156 @@
+"""BM25 for a window's candidate rows, computed here from their text, for queries FTS5 ranks slowly.
+
+FTS5's `bm25()` first counts, once per query, the rows holding each of the query's phrases in the
+whole table (all accounts). For a word that is a walk of its list of rows; for a phrase of common
+words it checks positions in every row holding both, about 100 ms on a million messages; a prefix
+longer than the index's prefix lists merges the lists of every word it begins. What a query of one
+term needs of that count is nothing: its IDF is the same for every row, so BM25's order is the
+order of the term-frequency and length part alone. `Ranker` computes that part here, over the rows
+a window found, from their text: the term's occurrences and the row's length in tokens, against
+the index's own average length (so the order is the one `bm25()` would give).
+
+A prefix longer than `INDEXED_PREFIX_MAX` is looked up as its first `INDEXED_PREFIX_MAX` letters
+(a prefix list the index keeps) and the rows are then checked here for the whole prefix: the MATCH
+finds a superset, `Ranker.holds` keeps the rows that really match.
+"""
+
+import json
+import re
+import sqlite3
+from collections.abc import Mapping, Sequence
+from typing import Final
+
+from pheby.search.query import SearchQuery, Term
+from pheby.search.tokens import fold
+
+INDEXED_PREFIX_MAX: Final = 4  # the longest of the index's prefix lists (prefix = '2 3 4')
+K1: Final = 1.2  # FTS5 bm25()'s parameters
+B: Final = 0.75
+
+# Tokens as the index's unicode61 sees them, in folded text, are runs of letters and digits. (Where
+# Python's idea of a letter differs from SQLite's, a count may be off by one; the MATCH decided.)
+_BETWEEN = r"[\W_]+"
+
+
+def lookup_term(term: Term) -> Term:
+    """The term as the index is asked for it: a prefix cut to the longest prefix list it keeps."""
+    if term.prefix and len(term.words[-1]) > INDEXED_PREFIX_MAX:
+        return Term((*term.words[:-1], term.words[-1][:INDEXED_PREFIX_MAX]), prefix=True)
+    return term
+
+
+def lookup_query(query: SearchQuery) -> SearchQuery:
+    return SearchQuery(tuple(lookup_term(term) for term in query.terms))
+
+
+def _pattern(term: Term) -> re.Pattern[str]:
+    # The first word is a literal, so the regex engine skips ahead to it; the lookbehind after it
+    # checks that it starts a token. (Overlapping repeats of a phrase, "ha ha" in "ha ha ha", count once.)
+    head, *rest = (re.escape(word) for word in term.words)
+    body = head + rf"(?<![^\W_]{head})" + "".join(_BETWEEN + word for word in rest)
+    return re.compile(body if term.prefix else body + r"(?![^\W_])")
+
+
+class Ranker:
+    """The query's terms, to count in a row's text and to score it by."""
+
+    def __init__(self, query: SearchQuery) -> None:
+        self._patterns = [_pattern(term) for term in query.terms]
+        # Terms the MATCH looked up cut short: only a row holding the whole term is a match.
+        self._checked = [lookup_term(term) != term for term in query.terms]
+
+    @property
+    def single_term(self) -> bool:
+        """Whether BM25's order needs no IDF (one term: its IDF is the same for every row)."""
+        return len(self._patterns) == 1
+
+    @property
+    def filters(self) -> bool:
+        """Whether some candidates of the MATCH may not be matches (`holds` must be asked)."""
+        return any(self._checked)
+
+    def frequencies(self, text: str) -> list[int]:
+        return self._counts(fold(text))
+
+    def _counts(self, folded: str) -> list[int]:
+        return [len(pattern.findall(folded)) for pattern in self._patterns]
+
+    def holds(self, frequencies: Sequence[int]) -> bool:
+        """Whether a candidate with these counts matches: every cut-short term is there in full."""
+        return all(count > 0 for count, checked in zip(frequencies, self._checked, strict=True) if checked)
+
+    def ranked(
+        self, rowids: Sequence[int], texts: Mapping[int, str], sizes: Mapping[int, int], average: float
+    ) -> list[int]:
+        """The rows that match, best first by BM25 (ties newest first, the larger rowid); for one term.
+
+        A term the MATCH found but the count here missed (a character SQLite and Python class apart)
+        counts once: the index decided it is there."""
+        [pattern], [checked] = self._patterns, self._checked
+        scored: list[tuple[float, int]] = []
+        for rowid in rowids:
+            text = texts.get(rowid)
+            if text is None:
+                continue  # gone meanwhile
+            count = len(pattern.findall(fold(text)))
+            if count == 0:
+                if checked:
+                    continue
+                count = 1
+            length = sizes.get(rowid, 0)
+            norm = K1 * (1 - B + B * length / average) if average > 0 else K1
+            scored.append((count * (K1 + 1) / (count + norm), rowid))
+        scored.sort(reverse=True)
+        return [rowid for _, rowid in scored]
+
+
+def lengths(conn: sqlite3.Connection, table: str, rowids: Sequence[int]) -> dict[int, int]:
+    """Each row's length in tokens, as the index counted it (`<table>_docsize`: a varint per column)."""
+    wanted = json.dumps(list(rowids))
+    rows = conn.execute(
+        f"SELECT d.id, d.sz FROM json_each(?) w CROSS JOIN {table}_docsize d ON d.id = w.value",  # noqa: S608
+        (wanted,),
+    )
+    # Most rows are under 128 tokens: their varint is their first byte.
+    return {
+        rowid: size[0] if size[0] < 0x80 else _varints(size, 1)[0] for rowid, size in rows if isinstance(size, bytes)
+    }
+
+
+def average_length(conn: sqlite3.Connection, table: str) -> float:
+    """The index's average row length in tokens, as `bm25()` reads it: from the FTS5 table's
+    averages record (row 1 of `<table>_data`: varints, the row count then each column's token total).
+    0.0 if the record is missing or unreadable (the caller then ranks by frequency alone)."""
+    row = conn.execute(f"SELECT block FROM {table}_data WHERE id = 1").fetchone()  # noqa: S608 - a constant
+    if row is None or not isinstance(row[0], bytes):
+        return 0.0
+    values = _varints(row[0], 2)
+    if len(values) < 2 or values[0] <= 0:
+        return 0.0
+    return values[1] / values[0]
+
+
+def _varints(data: bytes, count: int) -> list[int]:
+    """SQLite's varints (big-endian 7-bit groups; a ninth byte holds 8 bits), the first `count`."""
+    values: list[int] = []
+    at = 0
+    while len(values) < count and at < len(data):
+        value = 0
+        for i in range(9):
+            if at >= len(data):
+                return values
+            byte = data[at]
+            at += 1
+            if i == 8:
+                value = (value << 8) | byte
+                break
+            value = (value << 7) | (byte & 0x7F)
+            if byte < 0x80:
+                break
+        values.append(value)
+    return values
+
+
+def idf_free(query: SearchQuery) -> bool:
+    """Whether BM25's order for the query needs no IDF: a single term, ranked by `Ranker.score`."""
+    return len(query.terms) == 1
