@@ -15,6 +15,7 @@ from pheby.hermes.history_pages import HistoryPages
 from pheby.hermes.memory import MemoryFiles
 from pheby.hermes.model_choice import ModelChoices
 from pheby.hermes.pool import HermesClients
+from pheby.hermes.session_deletes import SessionDeletes
 from pheby.hermes.tasks import Tasks
 from pheby.plugin.conversation_settings import ConversationSettings
 from pheby.plugin.link import PluginLink
@@ -106,6 +107,8 @@ class Services:
         )
         # Web Push: decisions and results reach an account none of whose clients is in the foreground.
         self.push = Push(settings, db, self.hub, self.runs)
+        # A deleted conversation's Hermes sessions, deleted again should a 0.22-era title write bring them back.
+        self.session_deletes = SessionDeletes(self.background)
         self.plugin_events = PluginEvents(
             link=self.plugin_link,
             runs=self.runs,

@@ -37,7 +37,8 @@ last tool result, first 300 chars>``.
 Auxiliary calls (requests without ``tools``) never follow the script: a "security reviewer"
 system prompt (smart approvals) gets the verdict from ``<scratch>/smart_verdict`` if that file
 exists, else ``$FAKE_LLM_SMART_VERDICT`` (default ``ESCALATE``); a title request gets
-``Fake Session Title``; anything else gets ``Fake auxiliary reply.``.
+``Fake Session Title`` (after ``<scratch>/title_delay`` seconds, at most 30, if that file exists);
+anything else gets ``Fake auxiliary reply.``.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ MODEL_ID: Final = "fake-model"
 CONTEXT_LENGTH: Final = 131072
 SLOW_CHUNKS: Final = 40
 TOOL_RESULT_PREVIEW: Final = 300
+TITLE_DELAY_MAX_SECONDS: Final = 30.0
 DANGER_DIR_NAME: Final = "danger_target"
 MEMORY_ENTRY: Final = "Fake LLM wrote this memory entry."
 SECRET_ARG: Final = "sk-fake-secret-arg-0001"  # a fake value that must never reach a client
@@ -169,6 +171,8 @@ def auxiliary_reply(settings: Settings, messages: list[JsonDict]) -> TextReply:
             verdict = (settings.scratch_dir / "smart_verdict").read_text(encoding="utf-8").strip() or verdict
         return TextReply(verdict)
     if "title" in system.lower():
+        with contextlib.suppress(OSError, ValueError):  # a test makes titles late: seconds in <scratch>/title_delay
+            time.sleep(min(TITLE_DELAY_MAX_SECONDS, float((settings.scratch_dir / "title_delay").read_text())))
         return TextReply("Fake Session Title")
     return TextReply("Fake auxiliary reply.")
 

@@ -1,5 +1,6 @@
 """`conversation.delete` → `conversation.deleted` reply, plus the same event broadcast; deletes the
-Hermes session(s) and the routing entry.
+Hermes session(s) and the routing entry, and deletes the sessions again over the next minutes should a
+0.22-era gateway's late title write bring one back (`pheby.hermes.session_deletes`).
 
 An active run is cancelled first, best effort: a run Hermes can no longer interrupt (or one whose
 slot is reserved but not yet started) must not keep the conversation from being deleted.
@@ -39,6 +40,7 @@ async def handle(ctx: WsContext, msg: ConversationDelete) -> None:
                     exc, unavailable="Hermes is unavailable; the conversation was not deleted"
                 ) from None
         await services.conversations.delete(ctx.account.id, conversation.id)
+    services.session_deletes.watch(client, conversation.session_ids)  # a late title may write one again
     ctx.reply(ConversationDeleted(conversation_id=conversation.id, request_id=rid(msg.request_id)))
     ctx.broadcast(ConversationDeleted(conversation_id=conversation.id))  # the account's other clients, as a rename
 
