@@ -6,7 +6,9 @@ the store (or, for what no store does yet, the SQL the server's cascade runs) an
 with no step in between. The query grammar and the snippets are checked as pure functions.
 """
 
+import random
 import sqlite3
+import unicodedata
 from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import TypeVar
@@ -19,6 +21,7 @@ from pheby.protocol.frames import HistoryMessage
 from pheby.search.index import PARTITION_ROWS, SearchIndex
 from pheby.search.query import parse_query
 from pheby.search.snippets import highlights, snippet
+from pheby.search.tokens import tokens
 from pheby.store.accounts import Accounts
 from pheby.store.conversations import Conversations, TranscriptTurn
 
@@ -265,3 +268,31 @@ def test_snippets_cut_long_text_around_the_first_highlight() -> None:
     assert len(excerpt) <= 170
     assert [excerpt[s:e] for s, e in ranges] == ["narwhal"]
     assert "\n" not in excerpt
+
+
+def reference_tokens(text: str) -> list[tuple[int, int, str]]:
+    """The tokenizer's rule one character at a time: runs of L*, N*, Co and Mn, folded (lower case, NFD,
+    combining marks dropped)."""
+
+    def fold(word: str) -> str:
+        return "".join(c for c in unicodedata.normalize("NFD", word.lower()) if not unicodedata.combining(c))
+
+    found: list[tuple[int, int, str]] = []
+    start: int | None = None
+    for i, char in enumerate([*text, " "]):
+        category = unicodedata.category(char)
+        if category[0] in "LN" or category in ("Co", "Mn"):
+            start = i if start is None else start
+        elif start is not None:
+            found.append((start, i, fold(text[start:i])))
+            start = None
+    return found
+
+
+def test_tokens_follow_the_rule_character_by_character_on_mixed_scripts() -> None:
+    rng = random.Random(23)
+    alphabet = [*"abc XYZ é ü ñ ß İ Å 日本 ١٢ _-.,!?", "\u0301", "\u0308", "\u0903", "\ue000", "\U000f0001"]
+    alphabet += [*"😀 ǅ Ⅻ ² ﬁ ㉈ 가 ﷺ", "\uff21", "\uff22"]  # and fullwidth A, B
+    for _ in range(2000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        assert [tuple(t) for t in tokens(text)] == reference_tokens(text), text

@@ -32,15 +32,15 @@ def highlights(text: str, query: SearchQuery) -> list[Range]:
 
 
 def _occurrences(found: Sequence[Token], term: Term) -> list[Range]:
+    *whole, last = term.words
     width = len(term.words)
     hits: list[Range] = []
     for i in range(len(found) - width + 1):
-        window = found[i : i + width]
-        *whole, last = term.words
-        if all(token.folded == word for token, word in zip(window, whole, strict=False)) and (
-            window[-1].folded.startswith(last) if term.prefix else window[-1].folded == last
+        end = found[i + width - 1]
+        if (end.folded.startswith(last) if term.prefix else end.folded == last) and all(
+            found[i + j].folded == word for j, word in enumerate(whole)
         ):
-            hits.append((window[0].start, window[-1].end))
+            hits.append((found[i].start, end.end))
     return hits
 
 

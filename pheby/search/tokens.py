@@ -6,6 +6,9 @@ find them again in a result's text for its highlights. Where the two could diffe
 than SQLite's Unicode tables), the index decides what matches, and a highlight may be missing.
 """
 
+import functools
+import re
+import sys
 import unicodedata
 from typing import NamedTuple
 
@@ -26,21 +29,27 @@ def fold(word: str) -> str:
     lowered = word.lower()
     if lowered.isascii():  # most text: nothing to decompose
         return lowered
-    decomposed = unicodedata.normalize("NFD", lowered)
-    return "".join(c for c in decomposed if not unicodedata.combining(c))
+    return unicodedata.normalize("NFD", lowered).translate(_combining())
+
+
+@functools.cache
+def _combining() -> dict[int, None]:
+    """Every combining character, to delete (built once, on first use: a pass over all code points)."""
+    return {c: None for c in range(sys.maxunicode + 1) if unicodedata.combining(chr(c))}
+
+
+@functools.cache
+def _marks() -> dict[int, str]:
+    """Every nonspacing mark (Mn), as a letter: in a text masked so, `[^\\W_]+` (exactly L* and N*) finds
+    the token runs, at the same positions."""
+    return {c: "a" for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c)) == "Mn"}
+
+
+_PRIVATE_USE = re.compile("[\ue000-\uf8ff\U000f0000-\U000ffffd\U00100000-\U0010fffd]")  # Co
+_RUNS = re.compile(r"[^\W_]+")
 
 
 def tokens(text: str) -> list[Token]:
     """The text's tokens in order, with where each is."""
-    found: list[Token] = []
-    start: int | None = None
-    for i, char in enumerate(text):
-        if is_token_char(char):
-            if start is None:
-                start = i
-        elif start is not None:
-            found.append(Token(start, i, fold(text[start:i])))
-            start = None
-    if start is not None:
-        found.append(Token(start, len(text), fold(text[start:])))
-    return found
+    masked = text if text.isascii() else _PRIVATE_USE.sub("a", text.translate(_marks()))
+    return [Token(start, end, fold(text[start:end])) for start, end in (m.span() for m in _RUNS.finditer(masked))]
