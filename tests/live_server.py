@@ -129,6 +129,16 @@ def real_hermes_server(
 
 
 @pytest.fixture
+def real_hermes_next_server(
+    start_live_server: Callable[[Settings], LiveServer], make_settings: Callable[..., Settings], real_hermes_next: Any
+) -> LiveServer:
+    """A live server on the session's real 0.22-era gateway (``real_hermes_next``: its API server only)."""
+    return start_live_server(
+        make_settings(port=free_port(), hermes_url=real_hermes_next.base_url, hermes_api_key=real_hermes_next.api_key)
+    )
+
+
+@pytest.fixture
 async def opened() -> AsyncIterator[list[PhebyClient]]:
     """A list for the test's WebSocket clients: each one still open is closed when the test ends."""
     clients: list[PhebyClient] = []

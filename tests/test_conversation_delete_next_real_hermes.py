@@ -10,13 +10,12 @@ share one gateway.
 
 import asyncio
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import httpx
 import pytest
 
-from pheby.settings import Settings
-from tests.live_server import LiveServer, free_port
+from tests.live_server import LiveServer
 from tests.polling import until
 from tests.real_hermes import RealHermes
 from tests.ws_client import PhebyClient
@@ -43,14 +42,8 @@ def late_titles(real_hermes_next: RealHermes) -> Iterator[None]:
 
 
 @pytest.fixture
-def server(
-    start_live_server: Callable[[Settings], LiveServer],
-    make_settings: Callable[..., Settings],
-    real_hermes_next: RealHermes,
-) -> LiveServer:
-    return start_live_server(
-        make_settings(port=free_port(), hermes_url=real_hermes_next.base_url, hermes_api_key=real_hermes_next.api_key)
-    )
+def server(real_hermes_next_server: LiveServer) -> LiveServer:
+    return real_hermes_next_server
 
 
 def session_ids(server: LiveServer, conversation_id: str) -> list[str]:

@@ -19,7 +19,7 @@ from pheby.services import open_services
 from pheby.settings import Settings
 from tests.conftest import TEST_SECRET
 from tests.hermes_scenarios import unique
-from tests.live_server import LiveServer, free_port
+from tests.live_server import LiveServer
 from tests.real_hermes import RealHermes
 from tests.ws_client import PhebyClient
 
@@ -40,12 +40,8 @@ def gateway_only(real_hermes_next: RealHermes) -> dict[str, Any]:
 
 
 @pytest.fixture
-def server(
-    start_live_server: Callable[[Settings], LiveServer],
-    make_settings: Callable[..., Settings],
-    real_hermes_next: RealHermes,
-) -> LiveServer:
-    return start_live_server(make_settings(port=free_port(), **gateway_only(real_hermes_next)))
+def server(real_hermes_next_server: LiveServer) -> LiveServer:
+    return real_hermes_next_server
 
 
 async def connected(server: LiveServer) -> tuple[PhebyClient, str]:
