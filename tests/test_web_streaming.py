@@ -70,11 +70,11 @@ COMPARE_WITH_WHOLE = """async (text) => {
     const { renderMarkdown } = await import(script.replace(/app\\.js$/, "lib/markdown.js"));
     const shown = document.querySelector(".bubble.assistant .markdown");
     const joined = document.createElement("div");
-    joined.innerHTML = [...shown.querySelectorAll(":scope > .md-block")].map((b) => b.innerHTML).join("");
+    joined.innerHTML = [...shown.querySelectorAll(".md-block")].map((b) => b.innerHTML).join("");
     const whole = document.createElement("div");
     whole.innerHTML = renderMarkdown(text);
     return { same: joined.isEqualNode(whole), shown: joined.innerHTML, whole: whole.innerHTML,
-             blocks: shown.querySelectorAll(":scope > .md-block").length };
+             blocks: shown.querySelectorAll(".md-block").length };
 }"""
 
 
@@ -160,6 +160,53 @@ def test_finished_blocks_keep_their_nodes_while_the_answer_streams(web: WebPage)
     assert kept["same"], kept
     assert kept["text"] == kept["before"] == "First paragraph stays."
     assert kept["changes"] == 0, kept
+    web.assert_no_console_errors()
+
+
+# Where the answer's blocks are: the finished ones in the contained box, the growing one after it.
+BLOCK_LAYOUT = """() => {
+    const markdown = document.querySelector(".bubble.assistant .markdown");
+    const done = markdown.querySelector(":scope > .md-done");
+    const blocks = [...markdown.querySelectorAll(".md-block")];
+    const last = blocks[blocks.length - 1];
+    window.lastBlocks = window.lastBlocks || new Set();
+    window.lastBlocks.add(last);
+    return {
+        blocks: blocks.length,
+        in_done: done ? done.querySelectorAll(":scope > .md-block").length : -1,
+        last_after_done: last.parentNode === markdown && markdown.lastElementChild === last,
+        contain: done ? getComputedStyle(done).contain : null,
+        last_elements: window.lastBlocks.size,
+    };
+}"""
+
+
+def test_finished_blocks_are_one_contained_box_before_the_growing_block(web: WebPage) -> None:
+    # Layout and paint take the finished blocks as one box while the last block grows, and the growing
+    # block keeps its element: a new last child would restyle the blocks before it (:last-child).
+    web.sign_in().new_chat()
+    words = [f"word{n} " for n in range(24)]  # 1.2 s of growth, 50 ms a word
+    web.send("/demo chunks One.\\n\\n|Two.\\n\\n|" + "|".join(words) + "|\\n\\nLast.")
+    wait_until(
+        web.page,
+        lambda: web.assistant().locator(".markdown p").count() >= 3,
+        "the third paragraph did not start",
+    )
+    seen: list[dict[str, Any]] = []
+    for _ in range(3):  # while the third paragraph grows
+        seen.append(web.page.evaluate(BLOCK_LAYOUT))
+        web.page.wait_for_timeout(100)
+    web.wait_idle()
+    expect(web.assistant()).to_contain_text("Last.")
+    final = web.page.evaluate(BLOCK_LAYOUT)
+    for layout in [*seen, final]:
+        assert layout["in_done"] == layout["blocks"] - 1, layout
+        assert layout["last_after_done"], layout
+        contain = set(str(layout["contain"]).split())
+        assert contain & {"content", "strict"} or {"layout", "paint"} <= contain, layout
+    assert [layout["blocks"] for layout in seen] == [3, 3, 3], seen
+    assert seen[-1]["last_elements"] == 1, seen  # the growing block kept its element
+    assert final["blocks"] == 4, final
     web.assert_no_console_errors()
 
 

@@ -40,6 +40,13 @@ export function renderMarkdown(text) {
   return DOMPurify.sanitize(marked.parse(text || ""), PURIFY);
 }
 
+// The same, as nodes to insert: the sanitiser's own tree, with no serialising and parsing again.
+const PURIFY_NODES = { ...PURIFY, RETURN_DOM_FRAGMENT: true };
+
+export function renderMarkdownNodes(text) {
+  return DOMPurify.sanitize(marked.parse(text || ""), PURIFY_NODES);
+}
+
 // --- a growing answer, block by block -------------------------------------------------------
 // The top-level blocks of `text`, so that a streamed answer re-parses only its last (growing) block:
 // each finished block renders once (views/chat.js), and the HTML of the blocks, one after another,

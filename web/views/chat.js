@@ -1,26 +1,67 @@
 // One conversation: its turns (text, tools, decisions, files), paging back on scroll, and the composer.
-import { Component, html, useCallback, useEffect, useLayoutEffect, useMemo, useRef, useState } from "../lib/html.js";
-import { renderMarkdown, splitBlocks } from "../lib/markdown.js";
+import { Component, html, useCallback, useEffect, useLayoutEffect, useRef, useState } from "../lib/html.js";
+import { renderMarkdownNodes, splitBlocks } from "../lib/markdown.js";
 import { ApprovalCard, ClarifyCard, ToolCard } from "./cards.js";
 import { AttachmentList } from "./attachments.js";
 import { Composer } from "./composer.js";
 
-// One top-level block of an answer, rendered once for its text: while an answer streams, only its
-// last block changes, so only that one is parsed again and only its nodes are replaced.
-class MarkdownBlock extends Component {
+// An answer's Markdown, block by block (lib/markdown.js splitBlocks), written to the DOM here rather
+// than by Preact: while an answer streams only its last block changes, so only that one is parsed,
+// sanitised and replaced; a finished block renders once and its nodes stay. Finished blocks sit in
+// one contained box (.md-done), which layout and paint then take as a whole instead of block by block.
+class Markdown extends Component {
+  constructor(props) {
+    super(props);
+    this.blocks = []; // {text, start, node}, in order: all but the last in .md-done
+    this.text = "";
+  }
+
   shouldComponentUpdate(next) {
-    return next.text !== this.props.text;
+    if (next.text !== this.text) this.write(next.text);
+    return false;
   }
 
-  render({ text }) {
-    // The only place text becomes HTML, and it has been through the sanitiser.
-    return html`<div class="md-block" dangerouslySetInnerHTML=${{ __html: renderMarkdown(text) }}></div>`;
+  componentDidMount() {
+    this.write(this.props.text);
   }
-}
 
-function Markdown({ text }) {
-  const blocks = useMemo(() => splitBlocks(text), [text]);
-  return html`<div class="markdown">${blocks.map((block, index) => html`<${MarkdownBlock} key=${index} text=${block} />`)}</div>`;
+  render() {
+    return html`<div class="markdown" ref=${(el) => (this.root = el)}><div class="md-done" ref=${(el) => (this.done = el)}></div></div>`;
+  }
+
+  write(text) {
+    const blocks = this.blocks;
+    // Split again from the start of the last block but one: the edge before the last block may still
+    // move while the line it starts on grows; the ones before are set, as long as the text before
+    // them is the same (a retraction may shorten it: then all is split again, unchanged blocks kept).
+    let kept = Math.max(0, blocks.length - 2);
+    if (kept && !text.startsWith(this.text.slice(0, blocks[kept].start))) kept = 0;
+    let start = kept ? blocks[kept].start : 0;
+    const fresh = splitBlocks(text.slice(start)).map((block) => {
+      const at = start;
+      start += block.length;
+      return { text: block, start: at };
+    });
+    let same = 0;
+    while (same < fresh.length && kept + same < blocks.length && blocks[kept + same].text === fresh[same].text) same += 1;
+    const stale = blocks.splice(kept + same);
+    for (const block of fresh.slice(same)) {
+      // A changed block keeps its box: the growing last block stays the same last child, so no
+      // structural selector (:last-child) restyles the blocks before it.
+      block.node = stale.length ? stale.shift().node : document.createElement("div");
+      block.node.className = "md-block";
+      // The only place text becomes HTML, and it has been through the sanitiser.
+      block.node.replaceChildren(renderMarkdownNodes(block.text));
+      blocks.push(block);
+    }
+    for (const { node } of stale) node.remove();
+    this.text = text;
+    // Those before `kept` are in .md-done already, in order; the others go where they belong, in order.
+    for (let index = kept; index < blocks.length; index++) {
+      const parent = index < blocks.length - 1 ? this.done : this.root;
+      if (blocks[index].node.parentNode !== parent) parent.appendChild(blocks[index].node);
+    }
+  }
 }
 
 const Typing = () => html`<span class="typing" role="img" aria-label="The agent is thinking"><i></i><i></i><i></i></span>`;
