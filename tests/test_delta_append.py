@@ -283,9 +283,12 @@ async def test_over_real_runs_append_clients_rebuild_what_cumulative_clients_see
             assert next(f for f in late.frames if f["type"] == "message.delta")["offset"] == 0
         finally:
             await late.close()
+        # A conversation takes its next run once the last has finished (message.complete comes before).
+        await old.expect("run.finished", run_id=accepted["run_id"])
 
         # A cancelled run: both forms end on the same text.
         accepted = await old.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo slow")
+        assert accepted["type"] == "run.accepted", accepted
         start = await old.expect("message.start", run_id=accepted["run_id"])
         await old.expect("message.delta", message_id=start["message_id"], text="tick 0 tick 1 tick 2")
         await old.send("run.cancel", conversation_id=conversation_id, run_id=accepted["run_id"])
