@@ -209,6 +209,25 @@ async def test_the_shorter_append_window_paces_the_reader_and_cumulative_clients
     assert hub.coalescer.pending_messages() == hub.append_coalescer.pending_messages() == 0
 
 
+async def test_an_account_of_append_clients_only_holds_no_cumulative_drafts() -> None:
+    hub = CoalescingHub(delta_window_seconds=0.2, append_window_seconds=0.02)
+    hub.broadcast(ACCOUNT, delta("a"))
+    # No connection: the cumulative window still paces the run's reader.
+    assert (hub.coalescer.pending_messages(), hub.append_coalescer.pending_messages()) == (1, 0)
+    first, _ = connect(hub, delta_append=False)
+    hub.broadcast(ACCOUNT, delta("a b"))  # held by the cumulative window
+    hub.remove(first)
+    _, appending = connect(hub, delta_append=True)
+    hub.broadcast(ACCOUNT, delta("a b c"))
+    # Only append connections: no cumulative window, and the draft it held ("a b") is dropped unsent.
+    assert (hub.coalescer.pending_messages(), hub.append_coalescer.pending_messages()) == (0, 1)
+    _, late = connect(hub, delta_append=False)
+    hub.broadcast(ACCOUNT, delta("a b c d"))  # a cumulative client again: a window opens, its text at once
+    await asyncio.sleep(0.25)  # past that window: nothing older follows
+    assert [f["text"] for f in late.frames if f["type"] == "message.delta"] == ["a b c d"]
+    assert drafts(appending.frames, MESSAGE) == ["a b c", "a b c d"]
+
+
 def test_drafts_of_a_finished_run_are_forgotten_without_connections() -> None:
     drafts_ = AppendDrafts()
     drafts_.send([], delta("x"), None)

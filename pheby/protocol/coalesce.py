@@ -104,6 +104,10 @@ class DeltaCoalescer:
         if stream is not None and stream.pending is not None:
             self._send_pending(message_id, stream, next_window_ends=stream.window_ends + self._window)
 
+    def forget(self, message_id: str) -> None:
+        """Drop the message's window and its held delta, unsent (nobody takes this form now)."""
+        self._drop(message_id)
+
     def pending_messages(self) -> int:
         """How many messages have an entry (tests: nothing may stay behind)."""
         return len(self._streams)
@@ -184,8 +188,12 @@ class CoalescingHub(Hub):
 
     def broadcast(self, account_id: str, event: Event) -> None:
         if isinstance(event, MessageDelta):
-            self.coalescer.delta(account_id, event)
-            if self.takes_append_deltas(account_id):
+            cumulative, append = self.delta_forms(account_id)
+            if cumulative:
+                self.coalescer.delta(account_id, event)
+            else:  # a delta held from before is older than this one: never to be sent after a snapshot
+                self.coalescer.forget(event.message_id)
+            if append:
                 self.append_coalescer.delta(account_id, event)
             return
         for coalescer in self._coalescers:
@@ -193,6 +201,15 @@ class CoalescingHub(Hub):
         super().broadcast(account_id, event)
         for coalescer in self._coalescers:
             coalescer.settle(account_id, event)
+
+    def delta_forms(self, account_id: str) -> tuple[bool, bool]:
+        """Which coalescers the account's deltas go through: (cumulative, append). The cumulative one
+        unless every connection takes append deltas (holding drafts for nobody costs its timers and
+        sends a third of a window's work); with no connection at all, it still paces the run's reader
+        at its window."""
+        connections = self._by_account.get(account_id, ())
+        append = sum(1 for c in connections if c.delta_append)
+        return (not connections or append < len(connections)), append > 0
 
     def delta_held_for(self, message_id: str) -> float:
         held = [h for c in self._coalescers if (h := c.held_for(message_id)) is not None]
