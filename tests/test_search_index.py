@@ -227,6 +227,25 @@ async def test_one_term_is_ranked_in_bm25s_order_without_bm25s_count_over_every_
         assert len(expected) >= 3
 
 
+async def test_several_terms_are_weighed_by_their_idf_in_the_account_not_in_every_account(db: Database) -> None:
+    accounts, conversations, search = Accounts(db), Conversations(db), SearchIndex(db)
+    alice, bob = await accounts.create("alice"), await accounts.create("bob")
+    chat = await conversations.create(alice.id, "Notes")
+    # In alice's messages "alpha" is rare and "beta" common; in bob's, many more, the other way round.
+    ids = await log(
+        conversations, chat.id, "alpha alpha beta", "alpha beta beta", *[f"beta filler {i}" for i in range(30)]
+    )
+    bobs = await conversations.create(bob.id, "Bob's")
+    await log(conversations, bobs.id, *[f"alpha filler {i}" for i in range(200)])
+    page, statements = await traced(db, search.search(alice.id, "beta alpha"))
+    # The rare word weighs more: two alphas beat two betas (bm25() over the whole table, where bob's
+    # rows make alpha the common word, would put them the other way round).
+    assert [r.message_id for r in page.results] == [ids[0], ids[1]]
+    assert not [s for s in statements if "bm25(" in s]
+    phrase_and_word = await search.search(alice.id, '"alpha beta" beta')
+    assert [r.message_id for r in phrase_and_word.results] == [ids[1], ids[0]]  # the second has more betas
+
+
 async def test_a_prefix_longer_than_the_index_keeps_is_looked_up_by_the_kept_one_then_checked(db: Database) -> None:
     accounts, conversations = Accounts(db), Conversations(db)
     search = SearchIndex(db, window=2)

@@ -1,5 +1,5 @@
 """Full-text search over an account's conversations: the query grammar (`query`), the terms as the
-index sees them (`tokens`), highlighted snippets (`snippets`), BM25's order for one term (`ranking`)
+index sees them (`tokens`), highlighted snippets (`snippets`), BM25 over a window's rows (`ranking`)
 and the index itself (`index`; its table and the triggers that keep it are
 pheby/migrations/0013_search_index.sql).
 

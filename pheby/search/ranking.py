@@ -1,20 +1,21 @@
-"""BM25 for a window's candidate rows, computed here from their text, for queries FTS5 ranks slowly.
+"""BM25 for a window's candidate rows, computed here from their text rather than by FTS5's `bm25()`.
 
-FTS5's `bm25()` first counts, once per query, the rows holding each of the query's phrases in the
-whole table (all accounts). For a word that is a walk of its list of rows; for a phrase of common
-words it checks positions in every row holding both, about 100 ms on a million messages; a prefix
-longer than the index's prefix lists merges the lists of every word it begins. What a query of one
-term needs of that count is nothing: its IDF is the same for every row, so BM25's order is the
-order of the term-frequency and length part alone. `Ranker` computes that part here, over the rows
-a window found, from their text: the term's occurrences and the row's length in tokens, against
-the index's own average length (so the order is the one `bm25()` would give).
+`bm25()` first counts, once per query, the rows holding each of the query's phrases in the whole
+table (every account's). For a word that is a walk of its list of rows; for a phrase of common words
+it checks positions in every row holding both, about 100 ms on a million messages (and the counts
+let other accounts' text weigh in a ranking). `Ranker.ranked` computes each term's term-frequency and
+length part over the rows a window found, from their text: the term's occurrences and the row's
+length in tokens, against the index's own average length, with `bm25()`'s k1 and b. A query of one
+term needs no IDF (it is the same for every row), so its order is `bm25()`'s; several terms are
+weighed by IDFs the caller estimates in the account (`pheby.search.index`), with `idf`.
 
 A prefix longer than `INDEXED_PREFIX_MAX` is looked up as its first `INDEXED_PREFIX_MAX` letters
 (a prefix list the index keeps) and the rows are then checked here for the whole prefix: the MATCH
-finds a superset, `Ranker.holds` keeps the rows that really match.
+finds a superset, and `Ranker.ranked` keeps the rows that really match.
 """
 
 import json
+import math
 import re
 import sqlite3
 from collections.abc import Mapping, Sequence
@@ -59,49 +60,45 @@ class Ranker:
         # Terms the MATCH looked up cut short: only a row holding the whole term is a match.
         self._checked = [lookup_term(term) != term for term in query.terms]
 
-    @property
-    def single_term(self) -> bool:
-        """Whether BM25's order needs no IDF (one term: its IDF is the same for every row)."""
-        return len(self._patterns) == 1
-
-    @property
-    def filters(self) -> bool:
-        """Whether some candidates of the MATCH may not be matches (`holds` must be asked)."""
-        return any(self._checked)
-
-    def frequencies(self, text: str) -> list[int]:
-        return self._counts(fold(text))
-
-    def _counts(self, folded: str) -> list[int]:
-        return [len(pattern.findall(folded)) for pattern in self._patterns]
-
-    def holds(self, frequencies: Sequence[int]) -> bool:
-        """Whether a candidate with these counts matches: every cut-short term is there in full."""
-        return all(count > 0 for count, checked in zip(frequencies, self._checked, strict=True) if checked)
-
     def ranked(
-        self, rowids: Sequence[int], texts: Mapping[int, str], sizes: Mapping[int, int], average: float
+        self,
+        rowids: Sequence[int],
+        texts: Mapping[int, str],
+        sizes: Mapping[int, int],
+        average: float,
+        weights: Sequence[float] | None = None,
     ) -> list[int]:
-        """The rows that match, best first by BM25 (ties newest first, the larger rowid); for one term.
+        """The rows that match, best first by BM25 (ties newest first, the larger rowid): each term's
+        term-frequency and length part, times its weight (its IDF; a single term needs none).
 
         A term the MATCH found but the count here missed (a character SQLite and Python class apart)
         counts once: the index decided it is there."""
-        [pattern], [checked] = self._patterns, self._checked
+        terms = list(zip(self._patterns, self._checked, weights or [1.0] * len(self._patterns), strict=True))
         scored: list[tuple[float, int]] = []
         for rowid in rowids:
             text = texts.get(rowid)
             if text is None:
                 continue  # gone meanwhile
-            count = len(pattern.findall(fold(text)))
-            if count == 0:
-                if checked:
-                    continue
-                count = 1
+            folded = fold(text)
             length = sizes.get(rowid, 0)
             norm = K1 * (1 - B + B * length / average) if average > 0 else K1
-            scored.append((count * (K1 + 1) / (count + norm), rowid))
+            score = 0.0
+            for pattern, checked, weight in terms:
+                count = len(pattern.findall(folded))
+                if count == 0:
+                    if checked:
+                        break  # a cut-short prefix not there in full: no match
+                    count = 1
+                score += weight * count * (K1 + 1) / (count + norm)
+            else:
+                scored.append((score, rowid))
         scored.sort(reverse=True)
         return [rowid for _, rowid in scored]
+
+
+def idf(rows: int, holding: float) -> float:
+    """BM25's IDF of a term `holding` of `rows` rows hold, as FTS5's bm25() computes it (never below 1e-6)."""
+    return max(1e-6, math.log((rows - holding + 0.5) / (holding + 0.5)))
 
 
 def lengths(conn: sqlite3.Connection, table: str, rowids: Sequence[int]) -> dict[int, int]:
@@ -149,8 +146,3 @@ def _varints(data: bytes, count: int) -> list[int]:
                 break
         values.append(value)
     return values
-
-
-def idf_free(query: SearchQuery) -> bool:
-    """Whether BM25's order for the query needs no IDF: a single term, ranked by `Ranker.score`."""
-    return len(query.terms) == 1
