@@ -191,7 +191,8 @@ class CoalescingHub(Hub):
             cumulative, append = self.delta_forms(account_id)
             if cumulative:
                 self.coalescer.delta(account_id, event)
-            else:  # a delta held from before is older than this one: never to be sent after a snapshot
+            else:  # all append: holding drafts for nobody would cost its timers and sends. One held from
+                # before is older than this delta: dropped, never to reach a cumulative client after a snapshot.
                 self.coalescer.forget(event.message_id)
             if append:
                 self.append_coalescer.delta(account_id, event)
@@ -201,15 +202,6 @@ class CoalescingHub(Hub):
         super().broadcast(account_id, event)
         for coalescer in self._coalescers:
             coalescer.settle(account_id, event)
-
-    def delta_forms(self, account_id: str) -> tuple[bool, bool]:
-        """Which coalescers the account's deltas go through: (cumulative, append). The cumulative one
-        unless every connection takes append deltas (holding drafts for nobody costs its timers and
-        sends a third of a window's work); with no connection at all, it still paces the run's reader
-        at its window."""
-        connections = self._by_account.get(account_id, ())
-        append = sum(1 for c in connections if c.delta_append)
-        return (not connections or append < len(connections)), append > 0
 
     def delta_held_for(self, message_id: str) -> float:
         held = [h for c in self._coalescers if (h := c.held_for(message_id)) is not None]

@@ -308,9 +308,13 @@ class Hub:
             connection.send_frame(frame, size, arrived)
         metrics.frames_sent(event.__struct_config__.tag).inc(len(connections))
 
-    def takes_append_deltas(self, account_id: str) -> bool:
-        """Whether any connection of the account asked for append deltas."""
-        return any(c.delta_append for c in self._by_account.get(account_id, ()))
+    def delta_forms(self, account_id: str) -> tuple[bool, bool]:
+        """Whether the account's deltas are wanted cumulative, and whether in append form: cumulative
+        unless every connection asked for append deltas (an account with no connection counts as
+        cumulative: `CoalescingHub` still paces its runs' reader at that window)."""
+        connections = self._by_account.get(account_id, ())
+        append = sum(1 for c in connections if c.delta_append)
+        return (not connections or append < len(connections)), append > 0
 
     def in_foreground(self, account_id: str) -> bool:
         """Whether any connection of the account is in front of its user."""

@@ -19,11 +19,6 @@ class Token(NamedTuple):
     folded: str
 
 
-def is_token_char(char: str) -> bool:
-    category = unicodedata.category(char)
-    return category[0] in "LN" or category in ("Co", "Mn")
-
-
 def fold(word: str) -> str:
     """Lower case, diacritics removed (é → e, Å → a)."""
     lowered = word.lower()
