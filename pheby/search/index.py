@@ -73,55 +73,43 @@ class SearchIndex:
             return SearchPage(results=[], next_cursor=None)
         first = int(row[0]) * PARTITION_ROWS
         at = self._window_at(first, cursor)
-        ranker = Ranker(query)
+        ranker: Ranker | None = None  # made at the first candidates: what it weighs by holds for the page
         below, offset, pinned = at.below, at.offset, cursor is not None
         for _ in range(WINDOWS_PER_PAGE):
             candidates = self._candidates(conn, query, first, below)
-            if not pinned and candidates:
-                below = candidates[0][0] + 1  # later pages keep this window
-            ranked = self._ranked(conn, first, query, ranker, candidates)
+            if candidates:
+                if not pinned:
+                    below = candidates[0] + 1  # later pages keep this window
+                ranker = ranker or _ranker(conn, first, query)
+                texts, sizes = _texts(conn, first, candidates), lengths(conn, "search_index", candidates)
+                ranked = ranker.ranked(candidates, texts, sizes)
+            else:
+                ranked = []
             shown = ranked[offset : offset + limit]
             if offset + limit < len(ranked):
                 next_cursor: str | None = f"{below}.{offset + limit}"
             elif len(candidates) == self._window:
-                next_cursor = f"{candidates[-1][0]}.0"  # the next, older window
+                next_cursor = f"{candidates[-1]}.0"  # the next, older window
             else:
                 next_cursor = None
             if shown or next_cursor is None:
                 break
             # None of this window's candidates was a match (a long prefix's): read the next window.
-            below, offset, pinned = candidates[-1][0], 0, True
+            below, offset, pinned = candidates[-1], 0, True
         results = _results(conn, account_id, first, query, shown, self._clock())
         return SearchPage(results=results, next_cursor=next_cursor)
 
-    def _candidates(
-        self, conn: sqlite3.Connection, query: SearchQuery, first: int, below: int
-    ) -> list[tuple[int, float]]:
-        """The window's rows the MATCH finds, newest first (as (rowid, 0.0): ranked in `_ranked`)."""
+    def _candidates(self, conn: sqlite3.Connection, query: SearchQuery, first: int, below: int) -> list[int]:
+        """The rowids of the window's rows the MATCH finds, newest first (ranked by `Ranker`)."""
         try:
-            return conn.execute(
-                "SELECT rowid, 0.0 FROM search_index "
+            rows = conn.execute(
+                "SELECT rowid FROM search_index "
                 "WHERE search_index MATCH ? AND rowid >= ? AND rowid < ? ORDER BY rowid DESC LIMIT ?",
                 (lookup_query(query).match_expression(), first, below, self._window),
             ).fetchall()
         except sqlite3.OperationalError:  # the index refused the expression: still the client's query
             raise BadRequest("This query can't be searched; try other words") from None
-
-    def _ranked(
-        self,
-        conn: sqlite3.Connection,
-        first: int,
-        query: SearchQuery,
-        ranker: Ranker,
-        candidates: list[tuple[int, float]],
-    ) -> list[int]:
-        """The candidates that match, best first; ties newest first."""
-        rowids = [rowid for rowid, _ in candidates]
-        if not rowids:
-            return []
-        texts, sizes = _texts(conn, first, rowids), lengths(conn, "search_index", rowids)
-        weights = None if len(query.terms) == 1 else [_idf(conn, first, term) for term in query.terms]
-        return ranker.ranked(rowids, texts, sizes, average_length(conn, "search_index"), weights)
+        return [rowid for (rowid,) in rows]
 
     def _window_at(self, first: int, cursor: str | None) -> _Window:
         if cursor is None:
@@ -157,18 +145,25 @@ class _LabelRow(NamedTuple):
     expires_at: float | None
 
 
-def _idf(conn: sqlite3.Connection, first: int, term: Term) -> float:
-    """The term's IDF in the account's messages, from how densely it occurs in the newest of them: of
-    the account's messages (their rows are numbered in the order they were logged), the newest
-    `IDF_SAMPLE` holding the term span so many rows, and that share of all of them is its estimated
-    count (exact when fewer hold it). Reading the term's rows only that far keeps its cost bounded,
-    where bm25()'s count reads every row of the whole table holding it."""
+def _ranker(conn: sqlite3.Connection, first: int, query: SearchQuery) -> Ranker:
+    """The query's ranker, with the index's average row length and, for several terms, their IDFs."""
+    average = average_length(conn, "search_index")
+    if len(query.terms) == 1:
+        return Ranker(query, average)
     newest = conn.execute(
         "SELECT max(id) FROM history_log WHERE id >= ? AND id < ?", (first, first + MESSAGE_ROWS)
     ).fetchone()[0]
-    if newest is None:
-        return 1.0
-    rows = int(newest) - first
+    weights = [1.0 if newest is None else _idf(conn, first, int(newest), term) for term in query.terms]
+    return Ranker(query, average, weights)
+
+
+def _idf(conn: sqlite3.Connection, first: int, newest: int, term: Term) -> float:
+    """The term's IDF in the account's messages, from how densely it occurs in the newest of them: of
+    the account's messages (their rows are numbered in the order they were logged, up to `newest`),
+    the newest `IDF_SAMPLE` holding the term span so many rows, and that share of all of them is its
+    estimated count (exact when fewer hold it). Reading the term's rows only that far keeps its cost
+    bounded, where bm25()'s count reads every row of the whole table holding it."""
+    rows = newest - first
     holding = conn.execute(
         "SELECT rowid FROM search_index WHERE search_index MATCH ? AND rowid >= ? AND rowid < ? "
         "ORDER BY rowid DESC LIMIT ?",
@@ -176,7 +171,7 @@ def _idf(conn: sqlite3.Connection, first: int, term: Term) -> float:
     ).fetchall()
     if len(holding) < IDF_SAMPLE:
         return idf(rows, len(holding))
-    return idf(rows, IDF_SAMPLE * rows / (int(newest) - holding[-1][0] + 1))
+    return idf(rows, IDF_SAMPLE * rows / (newest - holding[-1][0] + 1))
 
 
 def _texts(conn: sqlite3.Connection, first: int, rowids: Sequence[int]) -> dict[int, str]:

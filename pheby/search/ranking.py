@@ -55,25 +55,22 @@ def _pattern(term: Term) -> re.Pattern[str]:
 class Ranker:
     """The query's terms, to count in a row's text and to score it by."""
 
-    def __init__(self, query: SearchQuery) -> None:
-        self._patterns = [_pattern(term) for term in query.terms]
+    def __init__(self, query: SearchQuery, average: float, weights: Sequence[float] | None = None) -> None:
+        """`average`: the index's average row length (`average_length`); `weights`: each term's IDF (a
+        single term needs none)."""
         # Terms the MATCH looked up cut short: only a row holding the whole term is a match.
-        self._checked = [lookup_term(term) != term for term in query.terms]
+        checked = [lookup_term(term) != term for term in query.terms]
+        weights = weights or [1.0] * len(query.terms)
+        self._terms = list(zip([_pattern(term) for term in query.terms], checked, weights, strict=True))
+        self._average = average
 
-    def ranked(
-        self,
-        rowids: Sequence[int],
-        texts: Mapping[int, str],
-        sizes: Mapping[int, int],
-        average: float,
-        weights: Sequence[float] | None = None,
-    ) -> list[int]:
+    def ranked(self, rowids: Sequence[int], texts: Mapping[int, str], sizes: Mapping[int, int]) -> list[int]:
         """The rows that match, best first by BM25 (ties newest first, the larger rowid): each term's
-        term-frequency and length part, times its weight (its IDF; a single term needs none).
+        term-frequency and length part, times its weight.
 
         A term the MATCH found but the count here missed (a character SQLite and Python class apart)
         counts once: the index decided it is there."""
-        terms = list(zip(self._patterns, self._checked, weights or [1.0] * len(self._patterns), strict=True))
+        terms, average = self._terms, self._average
         scored: list[tuple[float, int]] = []
         for rowid in rowids:
             text = texts.get(rowid)
