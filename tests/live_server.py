@@ -118,24 +118,29 @@ def live_server(
     return start_live_server(live_settings())
 
 
+def on_gateway(
+    start_live_server: Callable[[Settings], LiveServer], make_settings: Callable[..., Settings], gateway: Any
+) -> LiveServer:
+    """A live server on a real gateway's API server only (no dashboard)."""
+    return start_live_server(
+        make_settings(port=free_port(), hermes_url=gateway.base_url, hermes_api_key=gateway.api_key)
+    )
+
+
 @pytest.fixture
 def real_hermes_server(
     start_live_server: Callable[[Settings], LiveServer], make_settings: Callable[..., Settings], real_hermes: Any
 ) -> LiveServer:
-    """A live server on the session's real 0.19.0 gateway (``real_hermes``: its API server only, no dashboard)."""
-    return start_live_server(
-        make_settings(port=free_port(), hermes_url=real_hermes.base_url, hermes_api_key=real_hermes.api_key)
-    )
+    """A live server on the session's real 0.19.0 gateway (``real_hermes``)."""
+    return on_gateway(start_live_server, make_settings, real_hermes)
 
 
 @pytest.fixture
 def real_hermes_next_server(
     start_live_server: Callable[[Settings], LiveServer], make_settings: Callable[..., Settings], real_hermes_next: Any
 ) -> LiveServer:
-    """A live server on the session's real 0.22-era gateway (``real_hermes_next``: its API server only)."""
-    return start_live_server(
-        make_settings(port=free_port(), hermes_url=real_hermes_next.base_url, hermes_api_key=real_hermes_next.api_key)
-    )
+    """A live server on the session's real 0.22-era gateway (``real_hermes_next``)."""
+    return on_gateway(start_live_server, make_settings, real_hermes_next)
 
 
 @pytest.fixture

@@ -36,6 +36,8 @@ const PURIFY = {
   ALLOW_DATA_ATTR: false,
 };
 
+// The whole text as sanitised HTML: what an answer's blocks, one after another, must equal (the tests
+// compare them; the page itself inserts nodes, below).
 export function renderMarkdown(text) {
   return DOMPurify.sanitize(marked.parse(text || ""), PURIFY);
 }
