@@ -1,5 +1,5 @@
-"""Append deltas (`delta_append`, docs/protocol-extensions.md): negotiated in hello, rebuilt by the
-client to exactly the cumulative texts, one encoding per form, old clients unchanged.
+"""Append deltas (`delta_append`, and packed, `delta_packed`: docs/protocol-extensions.md): negotiated in
+hello, rebuilt by the client to exactly the cumulative texts, one encoding per form, old clients unchanged.
 
 The hub-level tests drive `pheby.protocol.hub.Hub` with in-memory sockets (one can be held, so its
 queue backs up and merges); the end-to-end ones a real uvicorn server and `websockets` clients
@@ -29,7 +29,7 @@ from pheby.protocol.hub import Connection, Hub
 from pheby.settings import Settings
 from tests.live_server import LiveServer
 from tests.polling import until
-from tests.ws_client import Frame, PhebyClient
+from tests.ws_client import Frame, PackedStreams, PhebyClient
 
 pytestmark = pytest.mark.anyio
 ACCOUNT = "acct"
@@ -42,20 +42,25 @@ class Socket:
 
     def __init__(self) -> None:
         self.frames: list[Frame] = []
+        self.raw: list[str] = []
         self.open = asyncio.Event()
         self.open.set()
+        self._streams = PackedStreams()
 
     async def send_text(self, frame: str) -> None:
         await self.open.wait()
-        self.frames.append(json.loads(frame))
+        self.raw.append(frame)
+        self.frames.append(self._streams.frame(json.loads(frame)))
 
     async def close(self, code: int, reason: str) -> None:
         del code, reason
 
 
-def connect(hub: Hub, *, delta_append: bool) -> tuple[Connection, Socket]:
+def connect(hub: Hub, *, delta_append: bool, delta_packed: bool = False) -> tuple[Connection, Socket]:
     socket = Socket()
-    connection = Connection(ACCOUNT, socket.send_text, socket.close, delta_append=delta_append)
+    connection = Connection(
+        ACCOUNT, socket.send_text, socket.close, delta_append=delta_append, delta_packed=delta_packed
+    )
     hub.add(connection)
     connection.start()
     return connection, socket
@@ -97,6 +102,25 @@ async def delivered(socket: Socket, frames: int) -> None:
 def test_granted_features_are_the_known_ones_in_order_once() -> None:
     assert granted(["nope", "delta_append", "delta_append"]) == ["delta_append"]
     assert granted([]) == []
+    assert granted(["delta_packed", "delta_append"]) == ["delta_packed", "delta_append"]
+    assert granted(["delta_packed"]) == []  # it changes append deltas: nothing without them
+
+
+def packed_shapes(socket: Socket) -> list[str]:
+    """Each `message.delta` a socket got, as it came: "packed" (`["d", stream, offset, append]`), "whole+stream"
+    (an object naming the stream) or "object"."""
+    shapes = []
+    for raw in socket.raw:
+        decoded = json.loads(raw)
+        if isinstance(decoded, list):
+            assert len(decoded) == 4
+            assert decoded[0] == "d"
+            assert all(type(v) is int for v in decoded[1:3])
+            assert type(decoded[3]) is str
+            shapes.append("packed")
+        elif decoded["type"] == "message.delta":
+            shapes.append("whole+stream" if "stream" in decoded else "object")
+    return shapes
 
 
 @pytest.mark.parametrize(
@@ -107,11 +131,14 @@ def test_common_prefix_length(old: str, new: str, shared: int) -> None:
     assert common_prefix_length(old, new) == shared
 
 
-async def test_an_append_client_rebuilds_every_cumulative_text_through_retraction_snapshot_merge_and_cancel() -> None:
+@pytest.mark.parametrize("packed", [False, True], ids=["objects", "packed"])
+async def test_an_append_client_rebuilds_every_cumulative_text_through_retraction_snapshot_merge_and_cancel(
+    packed: bool,
+) -> None:
     hub = Hub()
     _, cumulative = connect(hub, delta_append=False)
-    appending, fast = connect(hub, delta_append=True)
-    slow_connection, slow = connect(hub, delta_append=True)
+    appending, fast = connect(hub, delta_append=True, delta_packed=packed)
+    slow_connection, slow = connect(hub, delta_append=True, delta_packed=packed)
     texts = ["Here", "Here is the", "Here is the `", "Here is the", "Here is the end", "Here is the end, é"]
     texts.append(texts[-1] + "!")
     for count, text in enumerate(texts[:4], 1):  # the fourth retracts: a `MEDIA:` tag after the backquote is hidden
@@ -155,6 +182,12 @@ async def test_an_append_client_rebuilds_every_cumulative_text_through_retractio
     assert offsets(fast.frames) == [0, 4, 11, 11, 0, 15, 18]  # the retraction (11 < 13), the snapshot (0)
     assert drafts(slow.frames, MESSAGE) == texts[:5] + texts[6:]  # the merged delta jumps to the newest text
     assert offsets(slow.frames) == [0, 4, 11, 11, 11, 0]  # ... and carries it whole
+    if packed:  # every continuation positional; whatever carries the whole text names the stream
+        assert packed_shapes(fast) == ["whole+stream", "packed", "packed", "packed", "whole+stream", "packed", "packed"]
+        assert packed_shapes(slow) == ["whole+stream", "packed", "packed", "packed", "packed", "whole+stream"]
+        assert len({f["stream"] for s in (fast, slow) for f in s.frames if "stream" in f}) == 1
+    else:  # a delta_append client without delta_packed: objects, as before, no stream named
+        assert set(packed_shapes(fast) + packed_shapes(slow)) == {"object"}
     for socket in (cumulative, fast, slow):
         assert socket.frames[-2]["text"] == texts[-1]  # message.complete holds the text to check against
     assert hub._append_drafts.streaming() == 0  # nothing stays behind
@@ -172,20 +205,29 @@ async def test_each_form_of_an_event_is_encoded_once_however_many_connections(mo
     monkeypatch.setattr(hub_module, "encode_event", counting)
     monkeypatch.setattr(append_module, "encode_event", counting)
     hub = Hub()
-    sockets = [connect(hub, delta_append=form)[1] for form in (False, True) * 3]
+    forms = [(False, False), (True, False), (True, True)] * 3  # cumulative, append, packed append
+    sockets = [connect(hub, delta_append=append, delta_packed=packed)[1] for append, packed in forms]
     hub.broadcast(ACCOUNT, delta("one"))
-    assert sorted(encoded) == ["MessageAppend", "MessageDelta"]  # the first append delta: whole, one form
+    # The first append delta is whole: one object without the stream, one with it.
+    assert sorted(encoded) == ["MessageAppend", "MessageAppend", "MessageDelta"]
     encoded.clear()
     await until(lambda: all(len(s.frames) == 1 for s in sockets), "the first delta written")  # none to merge
     late = connect(hub, delta_append=True)[1]  # holds no draft: it needs the whole text
+    late_packed = connect(hub, delta_append=True, delta_packed=True)[1]
     hub.broadcast(ACCOUNT, delta("one two"))
-    assert sorted(encoded) == ["MessageAppend", "MessageAppend", "MessageDelta"]
-    await until(lambda: all(len(s.frames) == 2 for s in sockets) and bool(late.frames), "both deltas written")
-    assert {json.dumps(s.frames[-1], sort_keys=True) for s in sockets[1::2]} == {
+    # Cumulative; continuation and whole, as objects and packed.
+    assert sorted(encoded) == ["MessageAppend", "MessageAppend", "MessageAppend", "MessageDelta", "PackedAppend"]
+    await until(
+        lambda: all(len(s.frames) == 2 for s in sockets) and bool(late.frames and late_packed.frames),
+        "both deltas written",
+    )
+    assert {json.dumps(s.frames[-1], sort_keys=True) for s in sockets[1::3]} == {
         json.dumps(late.frames[-1] | {"offset": 3, "append": " two"}, sort_keys=True)
     }
-    assert late.frames[-1]["offset"] == 0
-    assert late.frames[-1]["append"] == "one two"
+    assert {s.raw[-1] for s in sockets[2::3]} == {'["d",1,3," two"]'}
+    assert late.frames[-1]["offset"] == late_packed.frames[-1]["offset"] == 0
+    assert late.frames[-1]["append"] == late_packed.frames[-1]["append"] == "one two"
+    assert late_packed.frames[-1]["stream"] == 1
 
 
 async def test_the_shorter_append_window_paces_the_reader_and_cumulative_clients_keep_theirs() -> None:
@@ -258,6 +300,12 @@ async def test_hello_features_are_granted_and_echoed_by_ready(server: LiveServer
     async with await PhebyClient.connect(server.ws_url) as client:
         await client.send("hello", secret=server.secret, protocol_version=1, features=["later"])
         assert (await client.expect("ready"))["features"] == []
+    async with await PhebyClient.connect(server.ws_url) as client:
+        await client.send("hello", secret=server.secret, protocol_version=1, features=["delta_append", "delta_packed"])
+        assert (await client.expect("ready"))["features"] == ["delta_append", "delta_packed"]
+    async with await PhebyClient.connect(server.ws_url) as client:
+        await client.send("hello", secret=server.secret, protocol_version=1, features=["delta_packed"])
+        assert (await client.expect("ready"))["features"] == []  # only with delta_append
     async with await PhebyClient.connect(server.ws_url, server.secret) as old:
         ready = json.loads(old.raw[0])
         assert set(ready) == {"type", "request_id", "ts", "protocol_version", "server"}  # unchanged
@@ -269,6 +317,7 @@ async def test_hello_features_are_granted_and_echoed_by_ready(server: LiveServer
 async def test_over_real_runs_append_clients_rebuild_what_cumulative_clients_see(server: LiveServer) -> None:
     old = await PhebyClient.connect(server.ws_url, server.secret)
     new = await PhebyClient.connect(server.ws_url, server.secret, features=["delta_append"])
+    packed = await PhebyClient.connect(server.ws_url, server.secret, features=["delta_append", "delta_packed"])
     try:
         created = await old.request("conversation.create", "conversation.created", name="append")
         conversation_id = created["conversation_id"]
@@ -282,7 +331,7 @@ async def test_over_real_runs_append_clients_rebuild_what_cumulative_clients_see
             history = await late.request("conversation.open", "conversation.history", conversation_id=conversation_id)
             assert history["run"]["message_id"] == message_id
             complete = await old.expect("message.complete", message_id=message_id)
-            for client in (new, late):
+            for client in (new, packed, late):
                 await client.expect("message.complete", message_id=message_id)
             cumulative = [
                 f["text"] for f in old.frames if f["type"] == "message.delta" and f["message_id"] == message_id
@@ -291,6 +340,7 @@ async def test_over_real_runs_append_clients_rebuild_what_cumulative_clients_see
             assert cumulative[-1] == complete["text"]
             appended = drafts(new.frames, message_id)
             assert appended == cumulative
+            assert drafts(packed.frames, message_id) == cumulative
             new_offsets = [
                 f["offset"] for f in new.frames if f["type"] == "message.delta" and f["message_id"] == message_id
             ]
@@ -314,12 +364,22 @@ async def test_over_real_runs_append_clients_rebuild_what_cumulative_clients_see
         finished = await old.expect("run.finished", run_id=accepted["run_id"])
         assert finished["status"] == "cancelled"
         await new.expect("run.finished", run_id=accepted["run_id"])
+        await packed.expect("run.finished", run_id=accepted["run_id"])
         cumulative = [
             f["text"] for f in old.frames if f["type"] == "message.delta" and f["message_id"] == start["message_id"]
         ]
         assert drafts(new.frames, start["message_id"]) == cumulative
-        completes = [c.seen("message.complete", message_id=start["message_id"]) for c in (old, new)]
-        assert completes[0][0]["text"] == completes[1][0]["text"]
+        assert drafts(packed.frames, start["message_id"]) == cumulative
+        completes = [c.seen("message.complete", message_id=start["message_id"]) for c in (old, new, packed)]
+        assert completes[0][0]["text"] == completes[1][0]["text"] == completes[2][0]["text"]
+        # Packed: continuations positional, each whole delta naming its message's stream; two messages, two
+        # streams. Append objects without delta_packed never name one.
+        wholes = [json.loads(r) for r in packed.raw if r.startswith('{"type":"message.delta"')]
+        assert len({w["stream"] for w in wholes}) == 2
+        assert all(w["offset"] == 0 for w in wholes)
+        assert sum(r.startswith('["d",') for r in packed.raw) > len(wholes)
+        assert not any("stream" in f for f in new.frames)
+        assert not any(isinstance(json.loads(r), list) for r in new.raw)
         # The old client's frames are the protocol's cumulative ones, key for key.
         for raw in old.raw:
             frame = json.loads(raw)
@@ -328,3 +388,4 @@ async def test_over_real_runs_append_clients_rebuild_what_cumulative_clients_see
     finally:
         await old.close()
         await new.close()
+        await packed.close()

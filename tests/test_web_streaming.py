@@ -15,6 +15,7 @@ from playwright.sync_api import Browser, WebSocket, expect
 from pheby.settings import Settings
 from tests.browser import WebPage, hello_without_features, open_page, wait_until
 from tests.live_server import LiveServer
+from tests.ws_client import PackedStreams
 
 pytestmark = [pytest.mark.live, pytest.mark.xdist_group("browser-streaming")]
 
@@ -36,7 +37,8 @@ def web(browser: Browser, unwindowed: LiveServer) -> Iterator[WebPage]:
 
 
 class Frames:
-    """The JSON frames the page's WebSockets sent and received (as Playwright sees them, decompressed)."""
+    """The JSON frames the page's WebSockets sent and received (as Playwright sees them, decompressed); a
+    packed append delta as the `message.delta` it stands for, marked `"packed": True`."""
 
     def __init__(self, web: WebPage) -> None:
         self.sent: list[dict[str, Any]] = []
@@ -45,7 +47,8 @@ class Frames:
 
     def _watch(self, socket: WebSocket) -> None:
         socket.on("framesent", lambda payload: self.sent.append(json.loads(payload)))
-        socket.on("framereceived", lambda payload: self.received.append(json.loads(payload)))
+        streams = PackedStreams()
+        socket.on("framereceived", lambda payload: self.received.append(streams.frame(json.loads(payload))))
 
     def of_type(self, kind: str) -> list[dict[str, Any]]:
         return [frame for frame in self.received if frame.get("type") == kind]
@@ -82,9 +85,9 @@ def test_append_deltas_with_a_retraction_and_a_code_fence_render_like_the_whole_
     frames = Frames(web)
     web.sign_in().new_chat()
     hello = next(frame for frame in frames.sent if frame["type"] == "hello")
-    assert hello["features"] == ["delta_append"]
-    assert frames.of_type("ready")[0]["features"] == ["delta_append"]
-    assert web.page.evaluate("window.pheby.client.connection.features") == ["delta_append"]
+    assert hello["features"] == ["delta_append", "delta_packed"]
+    assert frames.of_type("ready")[0]["features"] == ["delta_append", "delta_packed"]
+    assert web.page.evaluate("window.pheby.client.connection.features") == ["delta_append", "delta_packed"]
     web.page.evaluate(RECORD_DRAFTS)
     # Streamed verbatim, 50 ms apart. The quote before the MEDIA: tag is shown, then hidden with the
     # tag once the tag is complete: the visible draft shrinks, a retraction. The fence holds a blank line.
@@ -104,6 +107,9 @@ def test_append_deltas_with_a_retraction_and_a_code_fence_render_like_the_whole_
     deltas = frames.of_type("message.delta")
     assert deltas
     assert all("offset" in d and "append" in d and "text" not in d for d in deltas)
+    assert deltas[0]["offset"] == 0
+    assert "stream" in deltas[0]
+    assert all(d.get("packed") for d in deltas[1:])  # after the first, positional
     draft, retractions = "", 0
     for delta in deltas:  # the drafts the server meant, in code points (Python's len)
         assert delta["offset"] <= len(draft)

@@ -1,7 +1,8 @@
 """A small Pheby protocol client on the `websockets` library, for end-to-end tests.
 
 Every frame received is kept in `frames`, so tests can wait for one event while others arrive,
-and scan everything a client saw.
+and scan everything a client saw. A packed append delta (`delta_packed`) is kept as the
+`message.delta` it stands for (`PackedStreams`), and as it came in `raw`.
 """
 
 import asyncio
@@ -16,9 +17,38 @@ Frame = dict[str, Any]
 _ids = itertools.count(1)
 
 
+class PackedStreams:
+    """What a client granted `delta_packed` does with its frames (docs/protocol-extensions.md): a whole
+    `message.delta` carrying `stream` names the message, and `["d", stream, offset, append]` is an
+    append delta of it, here given back as that `message.delta` (with `"packed": True`). A stream no
+    whole delta named is a server's error: KeyError."""
+
+    def __init__(self) -> None:
+        self._messages: dict[int, tuple[str, str]] = {}
+
+    def frame(self, decoded: Any) -> Frame:
+        if isinstance(decoded, list):
+            tag, stream, offset, append = decoded
+            assert tag == "d", decoded
+            conversation_id, message_id = self._messages[stream]
+            return {
+                "type": "message.delta",
+                "conversation_id": conversation_id,
+                "message_id": message_id,
+                "offset": offset,
+                "append": append,
+                "packed": True,
+            }
+        if decoded.get("type") == "message.delta" and "stream" in decoded:
+            self._messages[decoded["stream"]] = (decoded["conversation_id"], decoded["message_id"])
+        frame: Frame = decoded
+        return frame
+
+
 class PhebyClient:
     def __init__(self, ws: ClientConnection) -> None:
         self.ws = ws
+        self.streams = PackedStreams()
         self.frames: list[Frame] = []
         self.raw: list[str | bytes] = []  # each frame as it came, for byte-for-byte checks
         self._cursor = 0
@@ -42,7 +72,7 @@ class PhebyClient:
             async for raw in self.ws:
                 async with self._arrived:
                     self.raw.append(raw)
-                    self.frames.append(json.loads(raw))
+                    self.frames.append(self.streams.frame(json.loads(raw)))
                     self._arrived.notify_all()
         except Exception:
             pass

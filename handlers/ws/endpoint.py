@@ -21,7 +21,7 @@ from handlers.ws.support.handshake import CLOSE_POLICY_VIOLATION, event_code, ha
 from handlers.ws.support.registry import dispatch
 from pheby import metrics
 from pheby.errors import RateLimited
-from pheby.protocol.append import DELTA_APPEND
+from pheby.protocol.append import DELTA_APPEND, DELTA_PACKED
 from pheby.protocol.frames import Event, Ready, encode_event, error_event
 from pheby.protocol.hub import CLOSE_TRY_AGAIN_LATER, Connection
 from pheby.services import Services
@@ -58,6 +58,7 @@ async def _authenticated(socket: WebSocket[Any, Any, Any], services: Services) -
         expires_at=principal.expires_at,
         judged_at=principal.judged_at,
         delta_append=features is not UNSET and DELTA_APPEND in features,
+        delta_packed=features is not UNSET and DELTA_PACKED in features,
     )
     try:
         services.hub.add(connection)

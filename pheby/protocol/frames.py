@@ -153,10 +153,22 @@ class MessageDelta(Event, frozen=True, tag="message.delta"):
 
 class MessageAppend(Event, frozen=True, tag="message.delta"):
     """`message.delta` for a client granted `delta_append` (docs/protocol-extensions.md): the draft is its
-    first `offset` characters (code points) as the client has them, followed by `append`."""
+    first `offset` characters (code points) as the client has them, followed by `append`. `stream`: for a
+    client also granted `delta_packed`, the number its `PackedAppend` frames name the message by."""
 
     conversation_id: str
     message_id: str
+    offset: int
+    append: str
+    stream: int | UnsetType = UNSET
+
+
+class PackedAppend(msgspec.Struct, frozen=True, array_like=True, tag="d"):
+    """An append delta for a client granted `delta_packed` (docs/protocol-extensions.md), positional:
+    `["d", stream, offset, append]`, against the message whose whole `message.delta` carried `stream`.
+    No keys, ids or `ts`: most of a short window's frame was those, not text."""
+
+    stream: int
     offset: int
     append: str
 
@@ -366,7 +378,7 @@ class ConversationSearchResults(Event, frozen=True, tag="conversation.search.res
 _ENCODER = msgspec.json.Encoder()
 
 
-def encode_event(event: Event) -> bytes:
+def encode_event(event: Event | PackedAppend) -> bytes:
     return _ENCODER.encode(event)
 
 

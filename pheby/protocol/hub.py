@@ -79,6 +79,7 @@ class Connection:
         expires_at: float | None = None,
         judged_at: float = 0.0,
         delta_append: bool = False,
+        delta_packed: bool = False,
     ) -> None:
         self.id = uuid.uuid4().hex
         self.account_id = account_id
@@ -103,6 +104,7 @@ class Connection:
         # Whether it asked for append deltas (`pheby.protocol.append`), and the draft generation it holds of
         # each message being streamed.
         self.delta_append = delta_append
+        self.delta_packed = delta_append and delta_packed  # its continuations positional (`PackedAppend`)
         self._drafts: dict[str, int] = {}
 
     def start(self) -> None:

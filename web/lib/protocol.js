@@ -5,7 +5,9 @@
 export const PROTOCOL_VERSION = 1;
 // Protocol extensions this client asks for in its hello; `ready.features` says which were granted.
 // delta_append: `message.delta` as {offset, append} against the draft held (lib/store.js applies both forms).
-export const FEATURES = ["delta_append"];
+// delta_packed: those deltas, after a message's first, as ["d", stream, offset, append] (`unpack`).
+export const FEATURES = ["delta_append", "delta_packed"];
+const MAX_STREAMS = 64; // messages a connection remembers the stream numbers of (a few stream at once)
 const HEARTBEAT_MS = 20000;      // our `ping`; a missing `pong` within PONG_TIMEOUT_MS means the socket is dead
 const PONG_TIMEOUT_MS = 10000;
 const REQUEST_TIMEOUT_MS = 30000;
@@ -38,6 +40,8 @@ export class PhebyConnection {
     this.ready = false;
     this.everReady = false;
     this.features = []; // granted by the last `ready`
+    // delta_packed: stream number -> the message it names, from the whole `message.delta` that carried it.
+    this.streams = new Map();
     this.heartbeat = null;
     this.pongTimer = null;
     this.retryTimer = null;
@@ -61,6 +65,7 @@ export class PhebyConnection {
     this.onStatus(this.everReady ? "reconnecting" : "connecting");
     const socket = new WebSocket(this.url);
     this.socket = socket;
+    this.streams.clear(); // numbered by the connection they came on
     socket.onopen = () => {
       socket.send(
         JSON.stringify({ type: "hello", secret: this.secret, protocol_version: PROTOCOL_VERSION, request_id: "hello", features: FEATURES }),
@@ -102,10 +107,17 @@ export class PhebyConnection {
       }
       return;
     }
+    if (Array.isArray(frame)) {
+      const delta = this.unpack(frame);
+      if (delta) this.onEvent(delta, { mine: false });
+      return;
+    }
     if (frame.type === "pong") {
       clearTimeout(this.pongTimer);
       return;
     }
+    if (frame.type === "message.delta" && Number.isInteger(frame.stream)) this.nameStream(frame);
+    else if (frame.type === "message.complete") this.endStreams(frame.message_id);
     const waiter = frame.request_id ? this.pending.get(frame.request_id) : undefined;
     if (waiter) {
       this.pending.delete(frame.request_id);
@@ -115,6 +127,25 @@ export class PhebyConnection {
     }
     // Every frame (replies too: approval.resolved carries the responder's request_id) updates state.
     if (frame.type !== "error" || !waiter) this.onEvent(frame, { mine: Boolean(waiter) });
+  }
+
+  // A packed append delta as the `message.delta` it stands for; null for a frame this client can't
+  // place (an unknown stream, another packed kind): the store then waits for a whole text.
+  unpack(frame) {
+    const [tag, stream, offset, append] = frame;
+    const named = tag === "d" ? this.streams.get(stream) : undefined;
+    if (!named || typeof append !== "string") return null;
+    return { type: "message.delta", conversation_id: named.conversation_id, message_id: named.message_id, offset, append };
+  }
+
+  nameStream(frame) {
+    this.streams.delete(frame.stream); // re-inserted: the newest named stays longest
+    this.streams.set(frame.stream, { conversation_id: frame.conversation_id, message_id: frame.message_id });
+    if (this.streams.size > MAX_STREAMS) this.streams.delete(this.streams.keys().next().value);
+  }
+
+  endStreams(messageId) {
+    for (const [stream, named] of this.streams) if (named.message_id === messageId) this.streams.delete(stream);
   }
 
   // Send a request; resolves with its reply, rejects with a ProtocolError.
