@@ -40,6 +40,24 @@ def test_small_frames_go_uncompressed_and_make_no_compressor() -> None:
     assert len(small.data) < MIN_COMPRESSED_BYTES
 
 
+def test_small_frames_are_compressed_once_a_compressor_is_held() -> None:
+    """A streaming connection's packed append deltas (~35 bytes) find their words in the window."""
+    server, client = pair()
+    words = " ".join(f"word{i % 50}" for i in range(400)).encode()
+    history = server.encode(Frame(Opcode.TEXT, words))
+    assert history.rsv1  # the history: a compressor is made
+    assert client.decode(history).data == words
+    sent = raw = 0
+    for index in range(100):
+        small = f'["d",7,{index * 18},"{" word" + str(index % 50)} word{(index + 7) % 50}"]'.encode()
+        assert len(small) < MIN_COMPRESSED_BYTES
+        encoded = server.encode(Frame(Opcode.TEXT, small))
+        assert encoded.rsv1
+        assert client.decode(encoded).data == small
+        sent, raw = sent + len(encoded.data), raw + len(small)
+    assert sent < 0.7 * raw
+
+
 def test_control_frames_make_no_compressor() -> None:
     """The keepalive ping every 30 s (and pong, close) is never compressed: it must not make a compressor,
     which nothing would release (about 22 KiB per idle connection)."""
