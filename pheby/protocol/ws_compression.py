@@ -40,7 +40,7 @@ from uvicorn._types import ASGISendEvent
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.extensions.base import Extension, ServerExtensionFactory
 from websockets.extensions.permessage_deflate import PerMessageDeflate, ServerPerMessageDeflateFactory
-from websockets.frames import CTRL_OPCODES, Frame, Opcode
+from websockets.frames import CTRL_OPCODES, Frame
 from websockets.typing import ExtensionParameter
 
 SERVER_MAX_WINDOW_BITS = 15
