@@ -46,6 +46,7 @@ from bench.support import DemoChild, ServerChild, free_port
 from bench.varied_text import varied_text
 from bench.ws_stream import SECRET
 from tests.browser import hello_without_features, launched_chromium
+from tests.ws_client import PackedStreams
 
 TIMEOUT_S: Final = 180.0
 SETTLE_MS: Final = 500  # after run.finished: the last render
@@ -114,7 +115,8 @@ def stream_once(
     received: list[dict[str, Any]] = []
 
     def watch(socket: WebSocket) -> None:
-        socket.on("framereceived", lambda payload: received.append(json.loads(payload)))
+        streams = PackedStreams()  # packed append deltas (the page asks for them) counted as the deltas they are
+        socket.on("framereceived", lambda payload: received.append(streams.frame(json.loads(payload))))
 
     page.on("websocket", watch)
     if cumulative:
