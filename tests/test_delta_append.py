@@ -375,6 +375,7 @@ async def test_over_real_runs_append_clients_rebuild_what_cumulative_clients_see
         # Packed: continuations positional, each whole delta naming its message's stream; two messages, two
         # streams. Append objects without delta_packed never name one.
         packed_texts = [r for r in packed.raw if isinstance(r, str)]
+        assert len(packed_texts) == len(packed.raw)  # the server sends text frames only
         wholes = [json.loads(r) for r in packed_texts if r.startswith('{"type":"message.delta"')]
         assert len({w["stream"] for w in wholes}) == 2
         assert all(w["offset"] == 0 for w in wholes)
