@@ -33,6 +33,7 @@ CLARIFY_CHOICES: Final = ["staging", "production"]
 SLOW_DELTAS: Final = 100
 SLOW_DELAY: Final = 0.05
 CHUNKS_DELAY: Final = 0.05
+HOLD_PIECE: Final = "<hold>"
 TOOL_SECONDS: Final = 0.05
 
 
@@ -110,11 +111,19 @@ async def _slow(turn: Turn) -> None:
 
 async def _chunks(turn: Turn) -> None:
     """`/demo chunks <a>|<b>|...`: each piece streamed verbatim as one delta (``\\n`` is a newline), 50 ms
-    apart; the answer is their text."""
+    apart; the answer is their text. A ``<hold>`` piece streams nothing: the stream waits there for a
+    test's cue (``DemoHermesServer.release``), 10 s at most."""
     rest = turn.text.split(maxsplit=2)
     pieces = [piece.replace("\\n", "\n") for piece in (rest[2] if len(rest) > 2 else "").split("|")]
-    chunks = [piece for piece in pieces if piece] or ["(no chunks)"]
-    await turn.say("".join(chunks), chunks=chunks, delay=CHUNKS_DELAY)
+    chunks: list[str] = []
+    holds: set[int] = set()
+    for piece in pieces:
+        if piece == HOLD_PIECE:
+            holds.add(len(chunks))
+        elif piece:
+            chunks.append(piece)
+    chunks = chunks or ["(no chunks)"]
+    await turn.say("".join(chunks), chunks=chunks, delay=CHUNKS_DELAY, holds_before=frozenset(holds))
 
 
 async def _say(turn: Turn) -> None:

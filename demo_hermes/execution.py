@@ -62,6 +62,7 @@ async def _drive_run(state: DemoState, run: Run, run_input: RunInput) -> None:
         sessions=state.sessions,
         session=session,
         run=run,
+        holds=state.holds,
     )
     run.set_status("running")
     try:
@@ -151,6 +152,7 @@ async def _execute_job(state: DemoState, job: dict[str, Any]) -> None:
         sessions=state.sessions,
         session=session,
         run=None,
+        holds=state.holds,
     )
     error: str | None = None
     try:

@@ -74,6 +74,10 @@ class DemoHermesServer:
         assert isinstance(state, DemoState)
         return state
 
+    def release(self) -> None:
+        """Let one held stream go on (a ``<hold>`` piece of ``/demo chunks``): the one waiting, or the next."""
+        self.state.holds.release()
+
     def run(self, run_id: str) -> Run | None:
         """A run by id, e.g. to see ``run.requested`` (the model, provider and model_options it was sent)."""
         return self.state.runs.get(run_id)

@@ -15,7 +15,7 @@ from demo_hermes.newer import check_features, requested_settings
 from demo_hermes.replay import DEFAULT_BACKLOG_LIMIT, ReplayRun
 from demo_hermes.runs import Run, RunRegistry
 from demo_hermes.sessions import SessionStore
-from demo_hermes.turn import TurnSettings
+from demo_hermes.turn import Holds, TurnSettings
 
 __all__ = ["DemoOptions", "DemoState", "demo_state"]
 
@@ -56,6 +56,7 @@ class DemoState:
     config: DemoConfig = field(default_factory=DemoConfig)
     running_jobs: set[str] = field(default_factory=set)
     tasks: "set[asyncio.Task[None]]" = field(default_factory=set)
+    holds: Holds = field(default_factory=Holds)  # where held streams wait for a test's cue
 
     def __post_init__(self) -> None:
         if "run_replay" in self.features:

@@ -11,6 +11,7 @@ import contextlib
 import json
 import re
 import secrets
+import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from typing import Any
 from demo_hermes.runs import PendingClarify, Run
 from demo_hermes.sessions import SessionRecord, SessionStore
 
-__all__ = ["ToolCall", "Turn", "TurnSettings", "chunk_text"]
+__all__ = ["HOLD_SECONDS", "Holds", "ToolCall", "Turn", "TurnSettings", "chunk_text"]
 
 _WORDS = re.compile(r"\S+\s*|\s+")
 
@@ -32,6 +33,36 @@ def chunk_text(text: str, minimum: int = 3) -> list[str]:
         return chunks or [text]
     size = -(-len(text) // minimum)
     return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+HOLD_SECONDS = 10.0  # the longest a held stream waits for its cue
+_HOLD_POLL_SECONDS = 0.005
+
+
+class Holds:
+    """Cues for streams held at a point of their text (``/demo chunks`` with a ``<hold>`` piece), so that
+    a test can see what came before the point before anything after it is written. Each ``release()``,
+    from any thread, lets one hold go on: the one waiting, or the next. A hold waits ``HOLD_SECONDS`` at
+    most, and a cancelled one takes no release."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._released = 0  # releases no hold has taken yet
+
+    def release(self) -> None:
+        with self._lock:
+            self._released += 1
+
+    async def wait(self) -> bool:
+        """True once released; False after ``HOLD_SECONDS`` without a release."""
+        deadline = time.monotonic() + HOLD_SECONDS
+        while time.monotonic() < deadline:
+            with self._lock:
+                if self._released:
+                    self._released -= 1
+                    return True
+            await asyncio.sleep(_HOLD_POLL_SECONDS)
+        return False
 
 
 @dataclass(frozen=True)
@@ -67,6 +98,7 @@ class Turn:
         sessions: SessionStore,
         session: SessionRecord,
         run: Run | None,
+        holds: Holds,
     ) -> None:
         self.text = text
         self.raw_input = raw_input
@@ -77,6 +109,7 @@ class Turn:
         self._sessions = sessions
         self._session = session
         self._run = run
+        self._holds = holds
         self._after_tool = False
 
     def _emit(self, name: str, fields: dict[str, Any]) -> None:
@@ -99,12 +132,24 @@ class Turn:
         if self._run is not None:
             await asyncio.sleep(seconds)
 
+    async def hold(self) -> None:
+        """Wait for a test's cue (``Holds``); a cron turn streams nothing, so it does not wait."""
+        if self._run is not None:
+            await self._holds.wait()
+
     async def say(
-        self, text: str, *, chunks: list[str] | None = None, delay: float | None = None, paced: bool = False
+        self,
+        text: str,
+        *,
+        chunks: list[str] | None = None,
+        delay: float | None = None,
+        paced: bool = False,
+        holds_before: frozenset[int] = frozenset(),
     ) -> None:
         """Stream one assistant message as deltas (``chunks``, else word-sized pieces of ``text``), then
         ``reasoning.available`` like 0.19.0 does. ``paced``: the deltas keep to a fixed schedule, one
-        per ``delay`` from the first, however late each sleep wakes."""
+        per ``delay`` from the first, however late each sleep wakes. ``holds_before``: the positions of
+        the chunks that wait for a cue (``hold``) before they stream (``len(chunks)``: before the end)."""
         chunks = list(chunks) if chunks else chunk_text(text)
         if self._after_tool:
             # After a tool turn Hermes's first delta starts with a blank line; the output does not.
@@ -113,8 +158,12 @@ class Turn:
         step = self.settings.delta_delay if delay is None else delay
         start = time.monotonic()
         for index, chunk in enumerate(chunks, 1):
+            if index - 1 in holds_before:
+                await self.hold()
             self._emit("message.delta", {"delta": chunk})
             await self.pause(max(0.0, start + index * step - time.monotonic()) if paced else step)
+        if len(chunks) in holds_before:
+            await self.hold()
         self._emit("reasoning.available", {"text": text[:500]})
         self.output = text
         self.output_tokens += len(text.split())

@@ -13,6 +13,7 @@ import anyio
 import httpx
 import pytest
 
+import demo_hermes.turn as demo_turn
 from demo_hermes import (
     APPROVAL_COMMAND,
     APPROVAL_DESCRIPTION,
@@ -216,6 +217,40 @@ async def test_slow_directive_streams_100_deltas_50ms_apart(demo_hermes_client: 
     elapsed = time.monotonic() - started
     assert len(deltas(events)) == 100
     assert 100 * 0.05 * 0.9 <= elapsed < 20
+
+
+async def test_a_hold_in_chunks_streams_nothing_after_it_until_released(
+    demo_hermes: DemoHermesServer, demo_hermes_client: HermesClient
+) -> None:
+    released_at: list[float] = []
+    arrived: dict[str, float] = {}
+
+    async def release_soon() -> None:
+        await anyio.sleep(0.3)  # six times the pieces' 50 ms apart
+        released_at.append(time.monotonic())
+        demo_hermes.release()
+
+    async with anyio.create_task_group() as tasks:
+
+        async def on_event(event: RunEvent) -> None:
+            if isinstance(event, MessageDelta):
+                arrived[event.delta] = time.monotonic()
+                if event.delta == "one ":
+                    tasks.start_soon(release_soon)
+
+        _, events = await run_to_end(demo_hermes_client, "/demo chunks one |<hold>|two", on_event)
+    assert deltas(events) == ["one ", "two"]
+    assert final(events).output == "one two"
+    assert arrived["two"] >= released_at[0]
+
+
+async def test_a_hold_nobody_releases_goes_on_after_its_longest_wait(
+    demo_hermes_client: HermesClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(demo_turn, "HOLD_SECONDS", 0.2)
+    _, events = await run_to_end(demo_hermes_client, "/demo chunks one |<hold>|two|<hold>")
+    assert deltas(events) == ["one ", "two"]
+    assert final(events).output == "one two"
 
 
 async def test_fail_directive(demo_hermes_client: HermesClient) -> None:

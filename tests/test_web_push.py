@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, CDPSession, Page, Request, Route, WebSocket, expect
+from playwright.sync_api import Browser, CDPSession, Page, Request, Route, WebSocket, Worker, expect
 
 from pheby.push.vapid import subject_of
 from pheby.settings import Settings
@@ -227,18 +227,45 @@ class PushDelivery:
         if not self._running(registration_id):
             self.session.send("ServiceWorker.startWorker", {"scopeURL": self.origin + "/"})
             wait_until(self.page, lambda: self._running(registration_id), "the service worker running")
+        service_worker(self.page)  # counting what it shows before the push can show anything
         data = {"origin": self.origin, "registrationId": registration_id, "data": json.dumps(payload)}
         self.session.send("ServiceWorker.deliverPushMessage", data)
 
 
-NOTIFICATIONS = """async () => (await (await navigator.serviceWorker.ready).getNotifications()).map((n) => ({
+# Chromium's getNotifications() deletes from its database every notification written before the call
+# that is not yet on display: read while a showNotification() is under way, a notification is lost to
+# every later read. So the worker counts the showNotification() calls under way, and is read only
+# when there are none.
+COUNT_SHOWS_UNDER_WAY = """() => {
+  if (self.showsUnderWay !== undefined) return;
+  self.showsUnderWay = 0;
+  const show = self.registration.showNotification.bind(self.registration);
+  self.registration.showNotification = async (...args) => {
+    self.showsUnderWay += 1;
+    try {
+      return await show(...args);
+    } finally {
+      self.showsUnderWay -= 1;
+    }
+  };
+}"""
+
+NOTIFICATIONS = """async () => self.showsUnderWay ? null : (await self.registration.getNotifications()).map((n) => ({
   tag: n.tag, title: n.title, body: n.body, actions: n.actions.map((a) => [a.action, a.title]),
   requireInteraction: n.requireInteraction, data: n.data,
 }))"""
 
 
-def notifications(page: Page) -> list[dict[str, Any]]:
-    shown: list[dict[str, Any]] = page.evaluate(NOTIFICATIONS)
+def service_worker(page: Page) -> Worker:
+    """The page's service worker (the newest, once it runs), counting its notifications under way."""
+    running = wait_until(page, lambda: page.context.service_workers, "a running service worker")[-1]
+    running.evaluate(COUNT_SHOWS_UNDER_WAY)
+    return running
+
+
+def notifications(page: Page) -> list[dict[str, Any]] | None:
+    """The notifications on display, or None while one is being shown."""
+    shown: list[dict[str, Any]] | None = service_worker(page).evaluate(NOTIFICATIONS)
     return shown
 
 
@@ -246,7 +273,10 @@ def wait_for_notifications(page: Page, count: int) -> list[dict[str, Any]]:
     shown: list[dict[str, Any]] = []
 
     def counted() -> bool:
-        shown[:] = notifications(page)
+        read = notifications(page)
+        if read is None:
+            return False
+        shown[:] = read
         return len(shown) == count
 
     wait_until(page, counted, f"{count} notifications shown")

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, WebSocket, expect
 
+from demo_hermes import DemoHermesServer
 from pheby.settings import Settings
 from tests.browser import WebPage, hello_without_features, open_page, wait_until
 from tests.live_server import LiveServer
@@ -41,6 +42,7 @@ class Frames:
     packed append delta as the `message.delta` it stands for, marked `"packed": True`."""
 
     def __init__(self, web: WebPage) -> None:
+        self._page = web.page
         self.sent: list[dict[str, Any]] = []
         self.received: list[dict[str, Any]] = []
         web.page.on("websocket", self._watch)
@@ -52,6 +54,12 @@ class Frames:
 
     def of_type(self, kind: str) -> list[dict[str, Any]]:
         return [frame for frame in self.received if frame.get("type") == kind]
+
+    def wait_for(self, kind: str) -> list[dict[str, Any]]:
+        """The frames of `kind` received, once there is one. Playwright can report a frame after the page
+        has acted on it (a run's end shown before its `message.complete` is reported), so a test waits
+        for the frames it reads."""
+        return wait_until(self._page, lambda: self.of_type(kind), f"a {kind} frame")
 
 
 # What the store held for a message after each `message.delta` it applied (the test's view of the drafts).
@@ -81,26 +89,34 @@ COMPARE_WITH_WHOLE = """async (text) => {
 }"""
 
 
-def test_append_deltas_with_a_retraction_and_a_code_fence_render_like_the_whole_text(web: WebPage) -> None:
+def test_append_deltas_with_a_retraction_and_a_code_fence_render_like_the_whole_text(
+    web: WebPage, demo_hermes: DemoHermesServer
+) -> None:
     frames = Frames(web)
     web.sign_in().new_chat()
-    hello = next(frame for frame in frames.sent if frame["type"] == "hello")
+    assert frames.wait_for("ready")[0]["features"] == ["delta_append", "delta_packed"]
+    hello = next(frame for frame in frames.sent if frame["type"] == "hello")  # reported before its ready
     assert hello["features"] == ["delta_append", "delta_packed"]
-    assert frames.of_type("ready")[0]["features"] == ["delta_append", "delta_packed"]
     assert web.page.evaluate("window.pheby.client.connection.features") == ["delta_append", "delta_packed"]
     web.page.evaluate(RECORD_DRAFTS)
     # Streamed verbatim, 50 ms apart. The quote before the MEDIA: tag is shown, then hidden with the
-    # tag once the tag is complete: the visible draft shrinks, a retraction. The fence holds a blank line.
+    # tag once the tag is complete: the visible draft shrinks, a retraction. The stream holds after the
+    # quote until the page has it: read in one go with the tag, the quote would never be shown (and
+    # nothing retracted). The fence holds a blank line.
     pieces = [
         "Intro with **bold** text.\\n\\n",
         "```python\\nprint(1)\\n",
         "\\nx = 2\\n```\\n\\nSee '",
+        "<hold>",
         "MEDIA:/nonexistent/a.png' and done.",
     ]
     web.send("/demo chunks " + "|".join(pieces))
+    shows_the_quote = '() => window.drafts.length > 0 && window.drafts.at(-1).endsWith("See \'")'
+    wait_until(web.page, lambda: web.page.evaluate(shows_the_quote), "the quote shown")
+    demo_hermes.release()
     web.wait_idle()
     expect(web.assistant()).to_contain_text("and done.")
-    final = frames.of_type("message.complete")[-1]["text"]
+    final = frames.wait_for("message.complete")[-1]["text"]
     assert "```python" in final
     assert "MEDIA:" not in final
 
