@@ -53,16 +53,15 @@ class Holds:
         with self._lock:
             self._released += 1
 
-    async def wait(self) -> bool:
-        """True once released; False after ``HOLD_SECONDS`` without a release."""
+    async def wait(self) -> None:
+        """Return once released, or after ``HOLD_SECONDS`` without a release."""
         deadline = time.monotonic() + HOLD_SECONDS
         while time.monotonic() < deadline:
             with self._lock:
                 if self._released:
                     self._released -= 1
-                    return True
+                    return
             await asyncio.sleep(_HOLD_POLL_SECONDS)
-        return False
 
 
 @dataclass(frozen=True)
