@@ -24,7 +24,7 @@ STOP_TIMEOUT: Final = 10.0
 
 
 class DemoHermesServer:
-    """Runs ``create_demo_app`` on ``127.0.0.1:<free port>``; use as a (sync or async) context manager.
+    """Runs ``create_demo_app`` on ``127.0.0.1:<free port>`` (or ``port``); use as a (sync or async) context manager.
 
     The dashboard endpoints are served on the same port, so ``dashboard_url == base_url``.
     When no ``media_dir`` is given a temporary one is made, and removed again by ``stop()``.
@@ -38,9 +38,13 @@ class DemoHermesServer:
         api_key: str | None = None,
         dashboard_token: str | None = None,
         media_dir: Path | None = None,
+        port: int = 0,
         **options: Any,
     ) -> None:
-        """``options`` are the fields of ``DemoOptions`` (an unknown name is a ``TypeError``)."""
+        """``options`` are the fields of ``DemoOptions`` (an unknown name is a ``TypeError``).
+
+        ``port`` 0 (the default) is a free one; another is bound as it is (``OSError`` from ``start()`` if taken).
+        """
         self.api_key = api_key or new_api_key()
         self.dashboard_token = dashboard_token or new_api_key()
         self.options = DemoOptions(**options)
@@ -49,6 +53,7 @@ class DemoHermesServer:
         self.app = create_demo_app(
             self.api_key, self.media_dir, dashboard_token=self.dashboard_token, options=self.options
         )
+        self._port = port
         self._socket: socket.socket | None = None
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
@@ -66,6 +71,11 @@ class DemoHermesServer:
     @property
     def dashboard_url(self) -> str:
         return self.base_url
+
+    @property
+    def running(self) -> bool:
+        """Whether uvicorn's thread is still serving (it ends at ``stop()``, or should uvicorn fail)."""
+        return self._thread is not None and self._thread.is_alive()
 
     @property
     def state(self) -> DemoState:
@@ -89,8 +99,12 @@ class DemoHermesServer:
         # IPPROTO_TCP must be explicit: asyncio only sets TCP_NODELAY on sockets whose proto says TCP,
         # and without it every response waits ~40 ms on delayed ACKs.
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", self._port))
+        except OSError:
+            sock.close()
+            raise
         self._socket = sock
         config = uvicorn.Config(
             self.app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1, access_log=False
