@@ -4,6 +4,7 @@ It is the embedded default of ``local_dev.py`` (no Hermes, no LLM) and the test 
 gateway routes the server uses (``/v1/runs``, ``/api/sessions``, ``/api/jobs``, ``/health``) with
 0.19.0's paths, shapes, statuses and error envelopes, plus the newer ``clarify.request`` events and
 tool call ids and args, and the dashboard's model and config routes on the same port.
+``python -m demo_hermes`` serves it in a process of its own (``__main__.py``; its flags are in ``cli.py``).
 """
 
 from demo_hermes.agent import APPROVAL_COMMAND, APPROVAL_DESCRIPTION, CLARIFY_CHOICES, CLARIFY_QUESTION, SEARCH_ARGS
