@@ -17,6 +17,7 @@ from tests.app_client import BASE, Api
 pytest_plugins: list[str] = [
     "tests.real_hermes",
     "tests.demo_hermes_server",
+    "tests.demo_hermes_process",
     "tests.live_server",
     "tests.s3_server",
     "tests.browser",

@@ -13,11 +13,11 @@ Fixtures
                           ``demo_hermes.newer.NEWER_FEATURES``: replay, steer, per-run model options).
   ``demo_hermes_next_client``  a :class:`HermesClient` on ``demo_hermes_next``.
 
-Helper: :func:`client_for` builds a ``HermesClient`` for any ``DemoHermesServer``.
+Helper: :func:`client_for` builds a ``HermesClient`` for any ``DemoHermesServer`` (or ``DemoHermesProcess``).
 """
 
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
@@ -28,10 +28,23 @@ from demo_hermes import DemoHermesServer  # noqa: E402
 from demo_hermes.newer import NEWER_FEATURES  # noqa: E402
 from hermes_client import HermesClient  # noqa: E402
 
-__all__ = ["client_for"]
+__all__ = ["DemoHermes", "client_for"]
 
 
-def client_for(server: DemoHermesServer, *, api_key: str | None = None) -> HermesClient:
+class DemoHermes(Protocol):
+    """Where a demo Hermes listens and its keys: a ``DemoHermesServer``, or a ``DemoHermesProcess``."""
+
+    @property
+    def base_url(self) -> str: ...
+    @property
+    def dashboard_url(self) -> str: ...
+    @property
+    def api_key(self) -> str: ...
+    @property
+    def dashboard_token(self) -> str: ...
+
+
+def client_for(server: DemoHermes, *, api_key: str | None = None) -> HermesClient:
     """A client for the gateway and dashboard of ``server`` (``api_key`` overrides the right key)."""
     return HermesClient(
         server.base_url,
