@@ -259,7 +259,7 @@ def test_the_hello_probe_goes_first_when_the_service_comes_back(
     assert results.calls["hello"] == (True, {"accepted": True, "extras": ["tool_events"]})
 
 
-@pytest.mark.parametrize("ends_on", ["timeout"])
+@pytest.mark.parametrize("ends_on", ["timeout", "cancel"])
 def test_a_clarification_whose_wait_ended_unsent_reaches_the_server_before_its_expiry(
     ends_on: str, pheby: FakePheby, make_outbox: Callable[..., Outbox], monkeypatch: pytest.MonkeyPatch
 ) -> None:
