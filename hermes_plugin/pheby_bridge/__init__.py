@@ -6,7 +6,9 @@ tool calls with their ids and args, MEDIA: files as bytes, cron output. Inbound 
 per-session model / effort / YOLO / history, and clarify answers.
 
 It acts only on runs that come through the API server, and never blocks the agent thread on the
-server: a server that is down costs a run nothing but the extras.
+server: a server that is down costs a run nothing but the extras, and what the plugin could not
+push meanwhile is kept (bounded in count, bytes and age) and delivered in order once the server is
+back (`outbox`).
 """
 
 import logging

@@ -70,6 +70,7 @@ class _Pending:
         self.event = threading.Event()
         self.answer: str | None = None
         self.failed = ""
+        self.settled = False  # the outbox is done with the request (delivered, refused or dropped)
 
 
 class Bridge:
@@ -175,7 +176,13 @@ class Bridge:
     def ask_clarify(
         self, run_id: str, session_id: str, tool_call_id: str, question: str, choices: list[Any] | None
     ) -> str:
-        """Ask the server's clients and wait (on the agent thread) for the answer; raise if none comes."""
+        """Ask the server's clients and wait (on the agent thread) for the answer; raise if none comes.
+
+        The wait ends on the answer, the timeout, a cancel or a refusal, never on the server being
+        down: the request stays in the outbox meanwhile. A wait that ends on the timeout, or on a
+        cancel or shutdown before the server took the request, pushes `clarify.expired` behind the
+        request, so a request delivered late is closed again at once rather than left open.
+        """
         from tools.interrupt import is_interrupted
 
         clarify_id = uuid.uuid4().hex[:12]
@@ -185,6 +192,7 @@ class Bridge:
         timeout = self._clarify_timeout
 
         def delivered(ok: bool, reply: Any) -> None:
+            pending.settled = True
             if not ok or not (isinstance(reply, dict) and reply.get("accepted") is True):
                 pending.failed = "the Pheby server could not ask the user"
                 pending.event.set()
@@ -208,12 +216,17 @@ class Bridge:
                 pending.event.wait(WAIT_SLICE_S)
                 if pending.answer is not None:
                     return pending.answer
+                expired = {"event": "clarify.expired", "run_id": run_id, "clarify_id": clarify_id}
                 if pending.failed:
+                    if not pending.settled:  # released (shutdown) while the request was still queued
+                        self.outbox.push(expired)
                     raise ClarifyUnanswered(pending.failed)
                 if is_interrupted():
+                    if not pending.settled:
+                        self.outbox.push(expired)
                     raise ClarifyUnanswered("the run was cancelled")
                 if time.monotonic() >= deadline:
-                    self.outbox.push({"event": "clarify.expired", "run_id": run_id, "clarify_id": clarify_id})
+                    self.outbox.push(expired)
                     raise ClarifyUnanswered(f"the user did not answer within {timeout:g} seconds")
         finally:
             with self._lock:
