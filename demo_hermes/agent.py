@@ -61,6 +61,11 @@ async def _tool_fail(turn: Turn) -> None:
 
 
 async def _approve(turn: Turn) -> None:
+    """`/demo approve [seconds]`: a command that needs approval, asked after that many seconds (default 0)."""
+    words = turn.text.split()
+    delay = float(words[2]) if len(words) > 2 and words[2].replace(".", "", 1).isdigit() else 0.0
+    if delay:
+        await turn.pause(min(delay, 60.0))
     async with turn.tool("terminal", {"command": APPROVAL_COMMAND}, preview=APPROVAL_COMMAND) as call:
         choice = await turn.ask_approval(
             command=APPROVAL_COMMAND, pattern_key=APPROVAL_PATTERN, description=APPROVAL_DESCRIPTION

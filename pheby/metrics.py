@@ -32,6 +32,11 @@ EVENT_TO_FRAME = Histogram(
 # --- runs ---------------------------------------------------------------------------------------
 RUNS_ACTIVE = Gauge("pheby_runs_active", "Runs going now")
 RUNS_FINISHED = Counter("pheby_runs_finished_total", "Runs ended, by final status", ["status"])
+RUNS_REATTACHED = Counter(
+    "pheby_runs_reattached_total",
+    "Runs carried on from a stopped process's journal, by how they ended: completed, failed, cancelled",
+    ["outcome"],
+)
 RUN_SECONDS = Histogram(
     "pheby_run_duration_seconds",
     "From run.accepted to run.finished",

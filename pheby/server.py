@@ -32,9 +32,9 @@ log = logging.getLogger("pheby.server")
 # text is at most 64,000 characters). Before `hello` the ceiling is 64 KiB (pheby.protocol.ws_protocol).
 WS_MAX_SIZE = 4 * 1024 * 1024
 WS_PING_SECONDS = 30.0
-# Shutdown budget before uvicorn closes the sockets: runs get this long to end (each cancel waits
-# for Hermes to confirm), then every connection this long to flush its send queue.
-RUN_SHUTDOWN_SECONDS = 15.0
+# Shutdown budget before uvicorn closes the sockets: the runs' hand-over (their readers stop, the journal
+# records where each is) gets this long, then every connection this long to flush its send queue.
+RUN_SHUTDOWN_SECONDS = 5.0
 DRAIN_SECONDS = 5.0
 # uvicorn's main loop wakes ten times a second to see whether it should exit and, every tenth time,
 # to renew the Date header; once a second does both, and a signal wakes it at once.
@@ -94,13 +94,13 @@ def build_uvicorn_config(settings: Settings, app: Litestar) -> uvicorn.Config:
 
 
 class PhebyServer(uvicorn.Server):
-    """`uvicorn.Server` whose shutdown lets every client see its runs end before the sockets close.
+    """`uvicorn.Server` whose shutdown hands the runs over to the next process before the sockets close.
 
-    uvicorn closes each WebSocket (1012) *before* it runs the app's lifespan shutdown, which is too
-    late to tell clients anything. So `shutdown()` here first stops listening, cancels the active
-    runs (each client gets `run.finished`, status cancelled) and drains every connection's send
-    queue, all bounded in time; then uvicorn's own shutdown closes the sockets with 1012 and runs the
-    lifespan shutdown (scheduler, database).
+    `shutdown()` here first stops listening, hands the active runs over (they go on in Hermes; the
+    journal records where each is, and the next process carries them on: `pheby.runs.reattach`) and
+    drains every connection's send queue, all bounded in time; then uvicorn's own shutdown closes the
+    sockets with 1012 (service restart: clients reconnect) and runs the lifespan shutdown (scheduler,
+    database).
 
     SIGTERM (systemd, ECS, `docker stop`) and Ctrl-C are the normal ways to stop, so after a graceful
     shutdown the process exits 0 rather than re-raising the signal as uvicorn does by default.
@@ -152,12 +152,16 @@ class PhebyServer(uvicorn.Server):
 
 
 async def settle(services: Services) -> None:
-    """Cancel the active runs, then flush every connection's queued frames (bounded)."""
-    log.info("stopping: ending active runs, then closing %d WebSocket(s)", len(services.hub.all_connections()))
+    """Hand the active runs over, then flush every connection's queued frames (bounded)."""
+    log.info(
+        "stopping: handing %d run(s) over, then closing %d WebSocket(s)",
+        services.runs.active_count(),
+        len(services.hub.all_connections()),
+    )
     try:
         await asyncio.wait_for(services.runs.shutdown(), RUN_SHUTDOWN_SECONDS)
     except TimeoutError:
-        log.warning("active runs did not end within %.0f s; closing connections anyway", RUN_SHUTDOWN_SECONDS)
+        log.warning("the runs' hand-over did not end within %.0f s; closing connections anyway", RUN_SHUTDOWN_SECONDS)
     connections = services.hub.all_connections()
     if not connections:
         return

@@ -24,6 +24,8 @@ from pheby.protocol.coalesce import CoalescingHub
 from pheby.push.service import Push
 from pheby.revocation import Revocations
 from pheby.runs import AssistantTurn, RunManager
+from pheby.runs.journal import RunJournal
+from pheby.runs.reattach import reattach
 from pheby.search.index import SearchIndex
 from pheby.settings import Settings
 from pheby.store.accounts import Accounts
@@ -78,6 +80,7 @@ class Services:
         self.conversation_settings = ConversationSettings(
             db, self.conversations, hermes, self.models, self.plugin_link, self.hermes_features
         )
+        self.run_journal = RunJournal(db)  # what a restart needs to carry the runs on
         self.runs = RunManager(
             self.hub,
             self.conversations,
@@ -88,6 +91,7 @@ class Services:
             anchor_turn=self.attachments.anchor,
             attachments=self.attachments,
             features=self.hermes_features,
+            journal=self.run_journal,
         )
         self._background: set[asyncio.Task[Any]] = set()
         self._finishing: set[asyncio.Task[Any]] = set()
@@ -207,4 +211,6 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
         services.background(asyncio.create_task(services.hermes_features.watch(), name="hermes-features"))
         if services.plugin_link.configured:
             services.background(asyncio.create_task(services.plugin_link.run(), name="plugin-link"))
+        # Runs a stopped process left go on before the first client is served (their readers in the background).
+        await reattach(services.run_journal, accounts, services.conversations, hermes.for_account, services.runs)
         yield services

@@ -38,7 +38,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -196,9 +196,10 @@ def _mib(stored: dict[str, Stored]) -> str:
 
 
 class ServerProcess:
-    """`pheby serve` on `data_dir` (local disk, SQLite) on a loopback port; its output in `log_path`."""
+    """`pheby serve` on `data_dir` (local disk, SQLite) on a loopback port; its output in `log_path`; `env_extra`
+    (a Hermes to talk to, say) over its environment."""
 
-    def __init__(self, data_dir: Path, port: int, log_path: Path) -> None:
+    def __init__(self, data_dir: Path, port: int, log_path: Path, env_extra: Mapping[str, str] | None = None) -> None:
         self.data_dir = data_dir
         self.port = port
         self.base_url = f"http://127.0.0.1:{port}"
@@ -217,6 +218,7 @@ class ServerProcess:
                 "PHEBY_ATTACHMENT_ACCOUNT_QUOTA_BYTES": str(16384 * MiB),
                 "PHEBY_ARTIFACT_ACCOUNT_BYTES": str(1024 * MiB),
                 "PHEBY_ARTIFACT_GLOBAL_BYTES": str(1024 * MiB),
+                **(env_extra or {}),
             }
         )
         command = [sys.executable, "-m", "pheby_main", "serve", "--host", "127.0.0.1", "--port", str(port)]

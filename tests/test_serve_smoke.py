@@ -3,8 +3,9 @@
 The smoke test (`live`) runs one scenario start to finish in a subprocess on S3 (moto's server)
 against the demo Hermes: the start-up checks pass, `/healthz` answers, a WebSocket chat completes,
 an attachment makes a byte-identical round trip through the bucket, a frame just over 2 MiB gets
-`too_large` while one over the 4 MiB ceiling is cut off with 1009, and SIGTERM during a streaming run gives the
-client its `run.finished` (cancelled) before the 1012 close, and the process exits 0; every line it
+`too_large` while one over the 4 MiB ceiling is cut off with 1009, and SIGTERM during a streaming run hands the
+run over (no `run.finished`: it goes on in Hermes for the next process) and closes with 1012, and the process
+exits 0; every line it
 logged is a JSON object (`--log-format json`).
 
 The start-up check tests call `pheby.startup_checks` directly: what refuses, what only warns.
@@ -171,10 +172,8 @@ async def test_serve_on_s3_chat_attachment_and_graceful_sigterm(served: Served) 
     await client.expect("message.delta", conversation_id=conversation_id)
     served.process.send_signal(signal.SIGTERM)
 
-    cancelled = await client.expect("run.finished", run_id=slow["run_id"], timeout=20)
-    assert cancelled["status"] == "cancelled", cancelled
-    assert await client.closed(timeout=20) == 1012
-    assert len(client.seen("run.finished", run_id=slow["run_id"])) == 1
+    assert await client.closed(timeout=20) == 1012  # service restart: the client reconnects
+    assert not client.seen("run.finished", run_id=slow["run_id"])  # handed over, not cancelled: it goes on in Hermes
 
     code = await anyio.to_thread.run_sync(lambda: served.process.wait(timeout=EXIT_TIMEOUT))
     assert code == 0, served.log()

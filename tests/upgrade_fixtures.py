@@ -187,6 +187,42 @@ def _change(account_id: str, kind: str, object_id: str, deleted: bool, at: int) 
     )
 
 
+FIXTURE_RUN_ID = ident("run:owner-notes")
+FIXTURE_RUN: dict[str, Any] = {
+    "run_id": FIXTURE_RUN_ID,
+    "account_id": OWNER_ID,
+    "conversation_id": NOTES_ID,
+    "hermes_run_id": "run_" + ident("hermes-run:owner-notes"),
+    "gateway": "",
+    "user_text": "",  # nothing of it joins the transcript the upgrade tests read back
+    "sent_text": "",
+    "stored_before": 0,
+    "extras": "{}",
+    "judged_at": BASE + 7100,
+    "phase": "awaiting_decision",
+    "cancel_requested": 0,
+    "position": None,
+    "streamed": "",
+    "tools": "[]",
+    "revision": 3,
+    "admitted_at": BASE + 7100,
+}
+FIXTURE_DECISION: dict[str, Any] = {
+    "decision_id": "a1b2c3d4e5f6",
+    "run_id": FIXTURE_RUN_ID,
+    "request": json.dumps(
+        {"type": "approval.request", "ts": "2026-01-01T01:58:20+00:00", "approval_id": "a1b2c3d4e5f6"}
+        | {"session_key": f"agent:main:pheby:dm:{NOTES_ID}", "conversation_id": NOTES_ID, "run_id": FIXTURE_RUN_ID}
+        | {"command": "rm -rf /tmp/build-output", "description": "Destructive", "choices": ["once", "deny"]}
+    ),
+    "held_id": "",
+    "pattern_keys": "[]",
+    "by_plugin": 0,
+    "unseen": 0,
+    "asked_at": BASE + 7101,
+}
+
+
 def rows(hermes_url: str, bob_job: str, owner_job: str) -> list[Row]:
     """Every row of the newest schema, in the order a server would have written them."""
     p256dh, auth = _push_keys()
@@ -440,6 +476,10 @@ def rows(hermes_url: str, bob_job: str, owner_job: str) -> list[Row]:
             {"id": PUSH_ID, "account_id": BOB_ID, "endpoint": PUSH_ENDPOINT, "p256dh": p256dh, "auth": auth}
             | {"token_id": BOB_TOKEN_ID, "events": json.dumps(PUSH_EVENTS), "created_at": BASE + 7000},
         ),
+        # A run the stopped server was reading in the owner's notes, waiting on an approval. The fixture's Hermes
+        # never made it, so the upgraded server ends it (failed) once Hermes says it knows no such run.
+        ("active_runs", FIXTURE_RUN),
+        ("run_decisions", FIXTURE_DECISION),
     ]
     return accounts + credentials + conversations + files + artifacts + later
 

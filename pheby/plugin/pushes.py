@@ -159,19 +159,19 @@ class PluginEvents:
             case PluginHello(boot_id=boot_id, features=features):
                 return self._link.plugin_said_hello(boot_id, features)
             case ToolStart():
-                runs.plugin_push(PluginToolStarted(push.run_id, push.tool_call_id, push.tool, push.args))
+                await runs.plugin_push(PluginToolStarted(push.run_id, push.tool_call_id, push.tool, push.args))
             case ToolEnd():
                 outcome = _tool_status(push.status)
-                runs.plugin_push(
+                await runs.plugin_push(
                     PluginToolEnded(push.run_id, push.tool_call_id, push.tool, push.duration_ms, outcome, push.error)
                 )
             case ClarifyAsked():
                 asked = PluginClarifyAsked(push.run_id, push.clarify_id, push.question, push.choices)
-                return {"accepted": runs.plugin_push(asked)}
+                return {"accepted": await runs.plugin_push(asked)}
             case ClarifyExpired():
-                runs.plugin_push(PluginClarifyExpired(push.run_id, push.clarify_id))
+                await runs.plugin_push(PluginClarifyExpired(push.run_id, push.clarify_id))
             case MediaDone():
-                runs.plugin_push(PluginMediaDone(push.run_id))
+                await runs.plugin_push(PluginMediaDone(push.run_id))
             case CronOutput():
                 return {"delivered": await self._cron_output(push)}
         return {"ok": True}

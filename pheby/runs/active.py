@@ -28,8 +28,10 @@ class AssistantTurn(NamedTuple):
 class ActiveRun:
     """The live state of one run, enough to rebuild a client's view after a reconnect."""
 
-    def __init__(self, account: Account, conversation: Conversation, client: hc.HermesClient) -> None:
-        self.run_id = uuid.uuid4().hex
+    def __init__(
+        self, account: Account, conversation: Conversation, client: hc.HermesClient, run_id: str | None = None
+    ) -> None:
+        self.run_id = run_id or uuid.uuid4().hex
         self.account = account
         self.conversation_id = conversation.id
         self.client = client
@@ -48,6 +50,10 @@ class ActiveRun:
         self.judged_at = 0.0
         self.reserved_at = time.monotonic()
         self.cancel_requested = False
+        self.ending = False  # its end is being journaled; `finished` follows
+        self.reattached = False  # carried on from a stopped process's journal
+        self.caught_up = asyncio.Event()  # its reader has heard from Hermes (a batch, a status) or it ended
+        self.position: int | None = None  # the number of the last Hermes event consumed, where they are numbered
         self.read_now = ReadNow()  # set: the reader no longer waits for held-back text before a read
         self.reader: asyncio.Task[None] | None = None
         # The companion plugin's extras for this run (decided at start), and their state.

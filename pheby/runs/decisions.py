@@ -42,6 +42,8 @@ class Decision:
     held_id: str = ""  # the id Hermes (or the plugin) knows a clarification by
     pattern_keys: list[str] = field(default_factory=list)  # an approval's patterns, for "session" answers
     by_plugin: bool = False
+    # Asked while no server read the stream (Hermes said it waits, not for what): it can only be denied.
+    unseen: bool = False
     answer: Answer | None = None
 
     @property

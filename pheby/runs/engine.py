@@ -23,6 +23,7 @@ import hermes_client as hc
 from pheby import metrics
 from pheby.errors import (
     ApprovalNotFound,
+    BadRequest,
     ClarifyNotFound,
     ConversationNotFound,
     NotFound,
@@ -40,6 +41,7 @@ from pheby.redact import sanitize_error
 from pheby.runs import translate as tr
 from pheby.runs.active import ActiveRun, AssistantTurn
 from pheby.runs.decisions import Answer, Decision, Kind, Resolved, resolved_id
+from pheby.runs.journal import RunJournal
 from pheby.runs.media import DeliverMedia, MediaDelivery
 from pheby.runs.plugin_inputs import (
     PluginClarifyAsked,
@@ -64,6 +66,7 @@ from pheby.runs.reader import (
 from pheby.runs.settled import SettledTurn, SettledTurns
 from pheby.runs.tool_merge import ToolMerge
 from pheby.runs.turn_log import AnchorTurn, TurnLog
+from pheby.runs.unseen import UnseenApprovals, unseen_request
 from pheby.store.accounts import Account
 from pheby.store.attachments import Attachments, attachment_added
 from pheby.store.conversations import Conversation, Conversations, TranscriptTurn
@@ -72,7 +75,7 @@ log = logging.getLogger("pheby.runs")
 
 CANCEL_GRACE_SECONDS = 5.0
 SHUTDOWN_START_WAIT_SECONDS = 3.0
-SHUTDOWN_AFTER_TURN_SECONDS = 3.0
+SHUTDOWN_AFTER_TURN_SECONDS = 1.0
 CREATE_TRIES = 3  # sends of one run's POST /v1/runs where the gateway makes a run once per Idempotency-Key
 CREATE_RETRY_SECONDS = 0.5  # times the try number
 START_WAIT_SECONDS = 30.0  # a cancel of a run still starting waits this long for Hermes to name it
@@ -128,8 +131,12 @@ class RunManager:
         attachments: Attachments | None = None,
         recovery: RecoveryTiming = DEFAULT_TIMING,
         features: HermesFeatures | None = None,
+        *,
+        journal: RunJournal,
     ) -> None:
         self._hub = hub
+        self._journal = journal  # what a restart needs to carry the runs on
+        self._handing_over = False  # a graceful stop: runs go on in Hermes, for the next process
         self._features = features  # what each gateway advertises (None: nothing)
         self._conversations = conversations
         self._hermes_for = hermes_for
@@ -274,6 +281,8 @@ class RunManager:
             if conversation.session_id is None:
                 await self._conversations.add_session(conversation.id, session_id)
             handle = await self._create_run(run, hermes_input, session_id, history, options)
+            run.hermes_run_id = handle.run_id
+            await self._journal.admitted(run)  # before anyone hears of it: from here a restart carries it on
             self._watch_plugin(run, handle.run_id)
             run.phase.move("running")
             run.started.set()  # from here a cancel can stop it
@@ -289,6 +298,7 @@ class RunManager:
         except BaseException:
             self.release(run)
             self._by_hermes.pop(run.hermes_run_id, None)
+            await asyncio.shield(self._journal.ended(run))  # a run given up here is not carried on by the next
             raise
         self._transitions[conversation.id] += 1
         account_id = run.account.id
@@ -299,10 +309,25 @@ class RunManager:
             account_id,
             ev.MessageStart(conversation_id=conversation.id, run_id=run.run_id, message_id=run.message_id),
         )
+        self._start_reader(run)
+        await self._conversations.touch(conversation.id)  # after the reader starts: deltas wait for no one
+
+    def _start_reader(self, run: ActiveRun) -> None:
+        if self._handing_over:  # stopping: the journal has the run, the next process reads it
+            return
         run.reader = asyncio.create_task(self._read_then_after_turn(run), name=f"run-{run.run_id}")
         self._readers.add(run.reader)
         run.reader.add_done_callback(self._readers.discard)
-        await self._conversations.touch(conversation.id)  # after the reader starts: deltas wait for no one
+
+    def adopt(self, run: ActiveRun) -> None:
+        """Carry on a run a stopped process left in the journal (`pheby.runs.reattach` rebuilt it)."""
+        self._by_conversation[run.conversation_id] = run
+        self._watch_plugin(run, run.hermes_run_id)
+        for decision in run.decisions:
+            self._decision_runs[decision.id] = run
+        self._transitions[run.conversation_id] += 1
+        self._journal.adopt(run)
+        self._start_reader(run)
 
     async def _plugin_extras(self, run: ActiveRun, conversation: Conversation, session_id: str) -> PluginExtras:
         if self._plugin is None:
@@ -391,12 +416,12 @@ class RunManager:
             elif not run.finished.is_set():
                 await self._recover(run, contact)
         except asyncio.CancelledError:
-            if not run.finished.is_set():
-                self._finish(run, "cancelled" if run.cancel_requested else "failed", "The run stream ended")
+            if not run.finished.is_set() and not self._handing_over:
+                await self._end(run, "cancelled" if run.cancel_requested else "failed", "The run stream ended")
             raise
         except Exception:
             log.exception("run %s reader crashed", run.run_id)
-            self._finish(run, "failed", "Internal error while streaming the run")
+            await self._end(run, "failed", "Internal error while streaming the run")
 
     async def _follow(self, run: ActiveRun, contact: Contact) -> bool:
         """Translate the run's event stream until its end or until it is lost; True when Hermes went
@@ -413,7 +438,12 @@ class RunManager:
             try:
                 async with contextlib.aclosing(
                     resumed_event_batches(
-                        run.client, run.hermes_run_id, self._recovery, contact=contact, read_pause=read_pause
+                        run.client,
+                        run.hermes_run_id,
+                        self._recovery,
+                        contact=contact,
+                        read_pause=read_pause,
+                        after=run.position,
                     )
                 ) as batches:
                     async for batch in batches:
@@ -421,8 +451,12 @@ class RunManager:
                         EVENT_ARRIVED.set(time.monotonic())  # what this batch's frames are timed from
                         for event in tr.joined_deltas(batch):
                             await self._perform_async(run, tr.translate(run.view, event))
+                            if type(event.seq) is int:  # after it was performed: a restart reads on from here
+                                run.position = event.seq
                             if run.finished.is_set():
                                 return
+                        self._journal.progress(run)
+                        run.caught_up.set()
                         waiting_since[0] = time.monotonic()
             except hc.HermesError as exc:
                 log.warning("run %s: its event stream was lost (%s); asking Hermes how it goes", run.run_id, exc)
@@ -446,22 +480,43 @@ class RunManager:
     async def _lost(self, run: ActiveRun) -> None:
         """Hermes can't say how the run goes: stop it (best effort) and say so."""
         await stop_lost(run.client, run.hermes_run_id, self._recovery)
-        self._finish(run, "cancelled" if run.cancel_requested else "failed", LOST_ERROR)
+        await self._end(run, "cancelled" if run.cancel_requested else "failed", LOST_ERROR)
 
     async def _recover(self, run: ActiveRun, contact: Contact) -> None:
         """The stream is gone but the run may go on: the run stays active until Hermes says it ended."""
-        outcome = await settle(run.client, run.hermes_run_id, self._recovery, contact=contact)
+        waits = UnseenApprovals()
+        outcome = await settle(
+            run.client,
+            run.hermes_run_id,
+            self._recovery,
+            contact=contact,
+            on_status=lambda status: self._while_unread(run, waits, status),
+        )
         if run.finished.is_set():
             return  # a cancel gave up waiting and finished it meanwhile
         match outcome.status:
             case "completed":
                 await self._perform_async(run, tr.complete(run.view, outcome.output))
             case "cancelled":
-                self._finish(run, "cancelled")
+                await self._end(run, "cancelled")
             case "failed":
-                self._finish(run, "failed", outcome.error or "The run failed")
+                await self._end(run, "failed", outcome.error or "The run failed")
             case "lost":
                 await self._lost(run)
+
+    async def _while_unread(self, run: ActiveRun, waits: UnseenApprovals, status: hc.RunStatus) -> None:
+        """Hermes's word on a run whose stream nobody reads: an approval asked unseen, or stale ones."""
+        run.caught_up.set()
+        waiting = run.decisions.has("approval")
+        match waits.seen(status.status, approval_waiting=waiting):
+            case "ask_unseen":
+                ids = (secrets.token_hex(6), session_key(run.conversation_id), run.conversation_id, run.run_id)
+                request = unseen_request(*ids)
+                await self._ask(run, Decision(request.approval_id, request, unseen=True))
+            case "expire_waiting":
+                for decision in run.decisions:
+                    if decision.kind == "approval" and not decision.answering:
+                        self._expire(run, decision.id)
 
     # --- performing what the translation asks --------------------------------------------
 
@@ -470,8 +525,12 @@ class RunManager:
             match output:
                 case tr.AskApproval(event=event):
                     await self._ask_approval(run, event)
+                case tr.AskClarify(held_id=held_id, question=question, choices=choices, seq=seq):
+                    await self._ask_clarify(run, held_id, question, choices, by_plugin=False, seq=seq)
                 case tr.Complete():
                     await self._complete(run, output)
+                case tr.Finish(status=status, error=error):
+                    await self._end(run, status, error)
                 case _:
                     self._perform(run, [output])
 
@@ -492,8 +551,6 @@ class RunManager:
                         run.merge.stream_started(tool)
                     else:
                         run.merge.stream_completed(tool)
-                case tr.AskClarify(held_id=held_id, question=question, choices=choices):
-                    self._ask_clarify(run, held_id, question, choices, by_plugin=False)
                 case tr.RetireClarify(held_id=held_id):
                     self._retire_clarify(run, held_id, by_plugin=False)
                 case tr.ExpireUnansweredApprovals():
@@ -506,9 +563,7 @@ class RunManager:
                     for decision in run.decisions:
                         if decision.kind == "clarify" and decision.by_plugin and not decision.answering:
                             self._expire(run, decision.id)
-                case tr.Finish(status=status, error=error):
-                    self._finish(run, status, error)
-                case tr.AskApproval() | tr.Complete():
+                case tr.AskApproval() | tr.AskClarify() | tr.Complete() | tr.Finish():
                     raise AssertionError("performed by _perform_async")
 
     async def _ask_approval(self, run: ActiveRun, event: hc.ApprovalRequest) -> None:
@@ -530,10 +585,17 @@ class RunManager:
             description=event.description or "",
             choices=list(event.choices or ["once", "session", "always", "deny"]),
         )
-        self._ask(run, Decision(approval.approval_id, approval, pattern_keys=keys))
+        await self._ask(run, Decision(approval.approval_id, approval, pattern_keys=keys), event.seq)
 
-    def _ask_clarify(
-        self, run: ActiveRun, held_id: str, question: str, choices: list[str] | None, *, by_plugin: bool
+    async def _ask_clarify(
+        self,
+        run: ActiveRun,
+        held_id: str,
+        question: str,
+        choices: list[str] | None,
+        *,
+        by_plugin: bool,
+        seq: int | UnsetType = UNSET,
     ) -> str:
         clarify = ev.ClarifyRequest(
             clarify_id=secrets.token_hex(5),
@@ -543,10 +605,17 @@ class RunManager:
             question=question,
             choices=choices,
         )
-        self._ask(run, Decision(clarify.clarify_id, clarify, held_id=held_id, by_plugin=by_plugin))
+        await self._ask(run, Decision(clarify.clarify_id, clarify, held_id=held_id, by_plugin=by_plugin), seq)
         return clarify.clarify_id
 
-    def _ask(self, run: ActiveRun, decision: Decision) -> None:
+    async def _ask(self, run: ActiveRun, decision: Decision, seq: int | UnsetType = UNSET) -> None:
+        """Journal the decision (with the stream's position past the event that asked it, so a resumed
+        stream never asks it again), then ask the clients."""
+        if type(seq) is int:
+            run.position = seq
+        await self._journal.decision_asked(run, decision)
+        if run.finished.is_set():
+            return  # the run ended meanwhile: nobody is left to answer
         run.decisions.ask(decision)
         self._decision_runs[decision.id] = run
         run.phase.move("awaiting_decision")  # a run being cancelled stays cancelling
@@ -564,7 +633,9 @@ class RunManager:
             ):
                 self._expire(run, decision.id)
 
-    def _resolve(self, run: ActiveRun, decision_id: str, answer: Answer) -> None:
+    async def _resolve(self, run: ActiveRun, decision_id: str, answer: Answer) -> None:
+        """A client's answer was taken: journaled before it is acknowledged."""
+        await self._journal.decision_settled(decision_id)
         self._resolved(run, decision_id, run.decisions.resolve(decision_id, answer))
 
     def _expire(self, run: ActiveRun, decision_id: str) -> None:
@@ -573,6 +644,7 @@ class RunManager:
     def _resolved(self, run: ActiveRun, decision_id: str, event: Resolved | None) -> None:
         if event is None:
             return
+        self._journal.forget_decision(decision_id)  # an answer (journaled already) or an expiry
         self._decision_runs.pop(decision_id, None)
         if not run.decisions:
             run.phase.move("running")  # refused once the run is cancelling or finished
@@ -584,16 +656,27 @@ class RunManager:
             run.merge = None  # tool events the plugin pushes from now on would follow message.complete
         self._hub.broadcast(run.account.id, completion.message)
         await self._media.deliver(run, completion.paths)
-        self._finish(run, "completed")
+        await self._end(run, "completed")
+
+    async def _end(self, run: ActiveRun, status: ev.RunStatus, error: str | None = None) -> None:
+        """End the run: out of the journal first, then its one `run.finished` (even if cancelled meanwhile)."""
+        if run.finished.is_set() or run.ending:
+            return
+        run.ending = True
+        try:
+            await asyncio.shield(self._journal.ended(run))
+        finally:
+            self._finish(run, status, error)
 
     def _finish(self, run: ActiveRun, status: ev.RunStatus, error: str | None = None) -> None:
-        """Emit the run's one `run.finished` and clear its state."""
+        """Emit the run's one `run.finished` and clear its state (`_end`: once the journal has let it go)."""
         if run.finished.is_set():
             return
         if run.merge is not None:
             run.merge.flush()
         run.phase.move("finished")
         run.finished.set()
+        run.caught_up.set()
         if self._by_hermes.pop(run.hermes_run_id, None) is not None:
             self._recent[run.hermes_run_id] = run  # late plugin pushes (MEDIA: files) still find it
             while len(self._recent) > RECENT_RUNS:
@@ -624,6 +707,8 @@ class RunManager:
         self.release(run)
         self._transitions[run.conversation_id] += 1
         metrics.RUNS_FINISHED.labels(status).inc()
+        if run.reattached:
+            metrics.RUNS_REATTACHED.labels(status).inc()
         metrics.RUN_SECONDS.observe(time.monotonic() - run.reserved_at)
         self._hub.broadcast(
             run.account.id,
@@ -663,9 +748,11 @@ class RunManager:
         try:
             await asyncio.wait_for(asyncio.shield(run.finished.wait()), timeout=CANCEL_GRACE_SECONDS)
         except TimeoutError:
+            if self._handing_over:
+                return  # stopping: the journal has the cancel asked, and the next process sees it through
             if run.reader is not None:
                 run.reader.cancel()
-            self._finish(run, "cancelled")
+            await self._end(run, "cancelled")
 
     def _begin_answer(
         self, account_id: str, decision_id: str, kind: Kind, answer: Answer, unknown: type[NotFound]
@@ -687,6 +774,9 @@ class RunManager:
     ) -> None:
         answer = Answer(choice, request_id)
         run, decision = self._begin_answer(account_id, approval_id, "approval", answer, ApprovalNotFound)
+        if decision.unseen and choice != "deny":
+            run.decisions.answer_not_taken(approval_id)
+            raise BadRequest("Nobody here saw what this approval is for: it can only be denied")
         try:
             await run.client.respond_approval(run.hermes_run_id, choice)
         except (hc.HermesNotFound, hc.HermesRejected):
@@ -702,7 +792,7 @@ class RunManager:
         if choice == "session":
             for key in decision.pattern_keys:
                 await self._conversations.approve_pattern(run.conversation_id, key)
-        self._resolve(run, approval_id, answer)
+        await self._resolve(run, approval_id, answer)
 
     async def respond_clarify(
         self, account_id: str, clarify_id: str, response: str, request_id: str | UnsetType
@@ -721,7 +811,7 @@ class RunManager:
         if not answered:
             self._expire(run, clarify_id)
             raise ClarifyNotFound()
-        self._resolve(run, clarify_id, answer)
+        await self._resolve(run, clarify_id, answer)
 
     async def _answer_clarify(self, run: ActiveRun, decision: Decision, response: str) -> bool:
         """Hand the answer to whoever holds the question (the plugin or Hermes); False if it no longer waits."""
@@ -747,7 +837,7 @@ class RunManager:
         run = self._by_hermes.get(hermes_run_id)
         return run if run is not None and _on_servers_hermes(run) else None
 
-    def plugin_push(self, push: PluginInput) -> bool:
+    async def plugin_push(self, push: PluginInput) -> bool:
         """Take one push of the plugin; False when it found nothing to act on (for a clarification:
         no client can be asked, so the plugin lets the run go on)."""
         match push:
@@ -765,7 +855,7 @@ class RunManager:
                 run = self._plugin_active_run(push.hermes_run_id)
                 if run is None or run.message_completed or run.finished.is_set() or not run.extras.clarify:
                     return False
-                self._ask_clarify(run, push.clarify_id, push.question, push.choices, by_plugin=True)
+                await self._ask_clarify(run, push.clarify_id, push.question, push.choices, by_plugin=True)
             case PluginClarifyExpired():
                 run = self._plugin_active_run(push.hermes_run_id)
                 if run is None:
@@ -800,25 +890,21 @@ class RunManager:
         return run_id
 
     async def shutdown(self) -> None:
-        """Stop every active run, all at once, so each client sees its `run.finished`."""
+        """A graceful stop hands every run over to the next process, never cancels one: the readers stop,
+        and the journal records where each run is; the runs go on in Hermes."""
+        self._handing_over = True
         starting = [run.started.wait() for run in self._by_conversation.values() if not run.made]
-        with contextlib.suppress(TimeoutError):  # a run being made now is stopped too, once Hermes names it
+        with contextlib.suppress(TimeoutError):  # a run being made now is journaled once Hermes names it
             await asyncio.wait_for(asyncio.gather(*starting), timeout=SHUTDOWN_START_WAIT_SECONDS)
-        runs = [run for run in self._by_conversation.values() if run.made]
-
-        async def stop(run: ActiveRun) -> None:
-            try:
-                await self.cancel(run.account.id, run.conversation_id, run.run_id)
-            except Exception:  # noqa: BLE001 - shutting down regardless
-                self._finish(run, "cancelled")
-
-        await asyncio.gather(*(stop(run) for run in runs))
-        readers = list(self._readers)  # also those of runs just finished, still logging their turn
-        if readers:  # a moment for that work (a transcript read, a few rows), then whatever is left stops
-            await asyncio.wait(readers, timeout=SHUTDOWN_AFTER_TURN_SECONDS)
+        active = {run.reader for run in self._by_conversation.values()}
+        after_turn = [reader for reader in self._readers if reader not in active]
+        if after_turn:  # a moment for runs just finished to log their turn (a transcript read, a few rows)
+            await asyncio.wait(after_turn, timeout=SHUTDOWN_AFTER_TURN_SECONDS)
+        readers = list(self._readers)
         for reader in readers:
             reader.cancel()
         await asyncio.gather(*readers, return_exceptions=True)
+        await asyncio.gather(*(self._journal.save(run) for run in self._by_conversation.values() if run.made))
 
 
 def _on_servers_hermes(run: ActiveRun) -> bool:

@@ -91,6 +91,7 @@ async def resumed_event_batches(
     contact: Contact | None = None,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     read_pause: hc.ReadPause | None = None,
+    after: int | None = None,
 ) -> AsyncGenerator[list[hc.RunEvent], None]:
     """The run's events until its terminal one, each once and in order, across breaks of a numbered
     stream; in the lists `HermesClient.run_event_batches` gives (one per socket read, never empty).
@@ -98,9 +99,10 @@ async def resumed_event_batches(
     Raises `HermesUnavailable` when the stream breaks and can't be resumed without loss, or Hermes has
     failed to answer for `unreachable_for` (counted in `contact`, which `settle` goes on counting in), and
     whatever else `run_event_batches` raises (`HermesNotFound`: Hermes no longer streams the run).
-    `read_pause` goes to `run_event_batches` (see `pause_while_held`)."""
+    `read_pause` goes to `run_event_batches` (see `pause_while_held`). `after`: the last event consumed
+    before (a stopped process's, from the journal): the stream is opened after it."""
     contact = contact or Contact()
-    last_seq: int | None = None
+    last_seq: int | None = after
     failures = 0
     delay = timing.first_delay
     while True:
@@ -216,9 +218,11 @@ async def settle(
     contact: Contact | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    on_status: Callable[[hc.RunStatus], Awaitable[None]] | None = None,
 ) -> Outcome:
     """Poll Hermes for the run's status until it is terminal, or the run is lost (no answer for
-    `unreachable_for` in a row, counted in `contact` from the stream's first failure where one is given)."""
+    `unreachable_for` in a row, counted in `contact` from the stream's first failure where one is given).
+    `on_status` hears every status that is not terminal (what the run waits on, `pheby.runs.unseen`)."""
     contact = contact or Contact(clock)
     delay = timing.first_delay
     started = clock()
@@ -241,6 +245,8 @@ async def settle(
                 return Outcome("cancelled")
             if status.status in ("failed", "interrupted"):  # interrupted: a 0.22-era gateway shut down under it
                 return Outcome("failed", error=status.error if isinstance(status.error, str) else None)
+            if on_status is not None:
+                await on_status(status)
         if clock() - started >= timing.give_up_after:
             return Outcome("lost")
         await sleep(delay)

@@ -86,6 +86,7 @@ class AskClarify(NamedTuple):
     held_id: str
     question: str
     choices: list[str] | None
+    seq: int | UnsetType = UNSET  # the asking event's number, where the gateway numbers them
 
 
 class RetireClarify(NamedTuple):
@@ -184,7 +185,9 @@ def translate(view: RunView, event: hc.RunEvent) -> list[Output]:
         case hc.ApprovalRequest():
             return [AskApproval(event)]
         case hc.ClarifyRequest():
-            return [AskClarify(event.clarify_id, event.question, list(event.choices) if event.choices else None)]
+            return [
+                AskClarify(event.clarify_id, event.question, list(event.choices) if event.choices else None, event.seq)
+            ]
         case hc.ClarifyRetired(clarify_id=held_id):
             return [RetireClarify(held_id)]
         case hc.RunCompleted(output=output):

@@ -1,0 +1,289 @@
+"""The run journal: what a new process needs to carry on the runs this one was reading.
+
+A run is written once Hermes has made it (`admitted`), again every `CHECKPOINT_SECONDS` while it
+streams (`progress`, in the background, never on every delta) and exactly at a graceful stop
+(`save`): its ids, phase, the position in Hermes's event stream (`position`, the last event consumed
+where the gateway numbers them) and the text streamed up to that position, a consistent pair. Its
+pending decisions are written when asked and deleted when answered or expired, each before the
+clients hear of it; the run's row goes before its `run.finished` does (`ended`). `pheby.runs.reattach`
+reads it all back at start-up.
+
+Writes of one run go one at a time and carry a revision: a write never lands over a newer one, and
+none lands after the run's end.
+"""
+
+import asyncio
+import logging
+import sqlite3
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import msgspec
+
+from pheby.db import Database
+from pheby.plugin.extras import PluginExtras
+from pheby.protocol import frames as ev
+from pheby.runs.active import ActiveRun
+from pheby.runs.decisions import Decision
+from pheby.runs.phase import ALLOWED, Phase
+
+log = logging.getLogger("pheby.runs")
+
+CHECKPOINT_SECONDS: Final = 2.0  # at most this much of a run's stream is read again after a crash
+
+_JSON = msgspec.json.Encoder()
+_decode_tools = msgspec.json.Decoder(list[ev.ToolState]).decode
+_decode_request = msgspec.json.Decoder(ev.ApprovalRequest | ev.ClarifyRequest).decode
+_decode_extras = msgspec.json.Decoder(PluginExtras).decode
+
+
+class JournaledDecision(msgspec.Struct, frozen=True, kw_only=True):
+    decision_id: str
+    request: ev.ApprovalRequest | ev.ClarifyRequest
+    held_id: str
+    pattern_keys: list[str]
+    by_plugin: bool
+    unseen: bool
+
+    def decision(self) -> Decision:
+        return Decision(
+            self.decision_id,
+            self.request,
+            held_id=self.held_id,
+            pattern_keys=list(self.pattern_keys),
+            by_plugin=self.by_plugin,
+            unseen=self.unseen,
+        )
+
+
+class JournaledRun(msgspec.Struct, frozen=True, kw_only=True):
+    run_id: str
+    account_id: str
+    conversation_id: str
+    hermes_run_id: str
+    gateway: str
+    user_text: str
+    sent_text: str
+    stored_before: int
+    extras: PluginExtras
+    judged_at: float
+    phase: Phase
+    cancel_requested: bool
+    position: int | None
+    streamed: str
+    tools: list[ev.ToolState]
+    decisions: list[JournaledDecision]
+
+
+@dataclass
+class _Entry:
+    """One run's writes: one at a time (`lock`), numbered (`revision`), none after its end (`closed`)."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    revision: int = 0
+    saved_at: float = 0.0
+    closed: bool = False
+
+
+class RunJournal:
+    def __init__(
+        self, db: Database, *, every: float = CHECKPOINT_SECONDS, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._db = db
+        self._every = every
+        self._clock = clock
+        self._entries: dict[str, _Entry] = {}
+        self._background: set[asyncio.Task[None]] = set()
+
+    # --- the run's row ---------------------------------------------------------------------
+
+    async def admitted(self, run: ActiveRun) -> None:
+        """Hermes made the run: from here a restart carries it on."""
+        self._entries[run.run_id] = _Entry()
+        await self.save(run)
+
+    def adopt(self, run: ActiveRun) -> None:
+        """A run read back from the journal is journaled again from here."""
+        self._entries[run.run_id] = _Entry(saved_at=self._clock())
+
+    def progress(self, run: ActiveRun) -> None:
+        """The run read on: write where it is, in the background, if the last write is old enough."""
+        entry = self._entries.get(run.run_id)
+        if entry is None or entry.lock.locked() or self._clock() - entry.saved_at < self._every:
+            return
+        entry.saved_at = self._clock()
+        self._spawn(self.save(run))
+
+    async def save(self, run: ActiveRun) -> None:
+        """Write where the run is now (also a graceful stop's hand-over)."""
+        await self._write(run, "saving", lambda conn, row: conn.execute(_UPSERT, row))
+
+    async def decision_asked(self, run: ActiveRun, decision: Decision) -> None:
+        """The decision, and the run where it is now (past the event that asked it), in one transaction."""
+        request = msgspec.json.encode(decision.request).decode()
+        asked = (decision.id, run.run_id, request, decision.held_id, _JSON.encode(decision.pattern_keys).decode(),
+                 int(decision.by_plugin), int(decision.unseen), time.time())  # fmt: skip
+
+        def write(conn: sqlite3.Connection, row: tuple[object, ...]) -> None:
+            conn.execute(_UPSERT, row)
+            conn.execute(_INSERT_DECISION, asked)
+
+        await self._write(run, "asking a decision", write)
+
+    async def ended(self, run: ActiveRun) -> None:
+        """The run ends: its row and decisions go (before its `run.finished` does), after any write under way."""
+        entry = self._entries.pop(run.run_id, None)
+        if entry is None:
+            return
+        entry.closed = True
+        async with entry.lock:
+            await self._quiet_write(run.run_id, "ending", _delete_run(run.run_id))
+
+    async def _write(
+        self, run: ActiveRun, what: str, fn: Callable[[sqlite3.Connection, tuple[object, ...]], object]
+    ) -> None:
+        entry = self._entries.get(run.run_id)
+        if entry is None:
+            return
+        async with entry.lock:
+            if entry.closed:
+                return
+            entry.revision += 1
+            row = _row(run, entry.revision)  # taken in one step: the text and the position agree
+            await self._quiet_write(run.run_id, what, lambda conn: fn(conn, row))
+
+    # --- decisions -------------------------------------------------------------------------
+
+    async def decision_settled(self, decision_id: str) -> None:
+        """A client's answer was taken (journaled before it is acknowledged)."""
+        await self._quiet_write(decision_id, "settling a decision", _delete_decision(decision_id))
+
+    def forget_decision(self, decision_id: str) -> None:
+        """A decision expired (or its answer is journaled already): its row goes, in the background."""
+        self._spawn(self._quiet_write(decision_id, "forgetting a decision", _delete_decision(decision_id)))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # --- reading back ----------------------------------------------------------------------
+
+    async def load(self) -> list[JournaledRun]:
+        """Every run a stopped process left, its decisions oldest first (one that can't be read is dropped)."""
+        rows, decisions = await self._db.run(_read_all)
+        runs: list[JournaledRun] = []
+        for row in rows:
+            try:
+                runs.append(_journaled(row, decisions.get(row["run_id"], [])))
+            except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as exc:
+                log.warning("run %s: its journal entry can't be read (%s); dropped", row["run_id"], exc)
+                await self.forget(row["run_id"])
+        return runs
+
+    async def forget(self, run_id: str) -> None:
+        """A journaled run that can't be carried on (its account or conversation is gone)."""
+        self._entries.pop(run_id, None)
+        await self._quiet_write(run_id, "forgetting", _delete_run(run_id))
+
+    async def _quiet_write(self, what_id: str, what: str, fn: Callable[[sqlite3.Connection], object]) -> None:
+        """A journal write that fails (a full disk, a run deleted meanwhile) is logged, never raised: the run
+        goes on in this process either way."""
+        try:
+            await self._db.transaction(fn)
+        except (sqlite3.Error, RuntimeError) as exc:
+            log.warning("run journal: %s %s failed (%s)", what, what_id, exc)
+
+
+_UPSERT: Final = """
+INSERT INTO active_runs (run_id, account_id, conversation_id, hermes_run_id, gateway, user_text, sent_text,
+    stored_before, extras, judged_at, phase, cancel_requested, position, streamed, tools, revision, admitted_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (run_id) DO UPDATE SET
+    phase = excluded.phase, cancel_requested = excluded.cancel_requested, position = excluded.position,
+    streamed = excluded.streamed, tools = excluded.tools, revision = excluded.revision
+WHERE active_runs.revision < excluded.revision
+"""
+
+_INSERT_DECISION: Final = """
+INSERT OR IGNORE INTO run_decisions
+    (decision_id, run_id, request, held_id, pattern_keys, by_plugin, unseen, asked_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+"""
+
+
+def _row(run: ActiveRun, revision: int) -> tuple[object, ...]:
+    return (
+        run.run_id,
+        run.account.id,
+        run.conversation_id,
+        run.hermes_run_id,
+        run.account.hermes.url or "",
+        run.user_text,
+        run.sent_text,
+        run.stored_before,
+        msgspec.json.encode(run.extras).decode(),
+        run.judged_at,
+        run.phase.current,
+        int(run.cancel_requested),
+        run.position,
+        run.view.streamed.raw,
+        _JSON.encode(list(run.tools.values())).decode(),
+        revision,
+        time.time(),
+    )
+
+
+def _read_all(conn: sqlite3.Connection) -> tuple[list[sqlite3.Row], dict[str, list[sqlite3.Row]]]:
+    rows = conn.execute("SELECT * FROM active_runs ORDER BY admitted_at").fetchall()
+    decisions: dict[str, list[sqlite3.Row]] = {}
+    for decision in conn.execute("SELECT * FROM run_decisions ORDER BY asked_at, rowid"):
+        decisions.setdefault(decision["run_id"], []).append(decision)
+    return rows, decisions
+
+
+def _journaled(row: sqlite3.Row, decisions: list[sqlite3.Row]) -> JournaledRun:
+    return JournaledRun(
+        run_id=row["run_id"],
+        account_id=row["account_id"],
+        conversation_id=row["conversation_id"],
+        hermes_run_id=row["hermes_run_id"],
+        gateway=row["gateway"],
+        user_text=row["user_text"],
+        sent_text=row["sent_text"],
+        stored_before=row["stored_before"],
+        extras=_decode_extras(row["extras"]),
+        judged_at=row["judged_at"],
+        phase=_phase(row["phase"]),
+        cancel_requested=bool(row["cancel_requested"]),
+        position=row["position"],
+        streamed=row["streamed"],
+        tools=_decode_tools(row["tools"]),
+        decisions=[
+            JournaledDecision(
+                decision_id=d["decision_id"],
+                request=_decode_request(d["request"]),
+                held_id=d["held_id"],
+                pattern_keys=msgspec.json.decode(d["pattern_keys"], type=list[str]),
+                by_plugin=bool(d["by_plugin"]),
+                unseen=bool(d["unseen"]),
+            )
+            for d in decisions
+        ],
+    )
+
+
+def _phase(value: str) -> Phase:
+    if value not in ALLOWED:
+        raise ValueError(f"no such phase: {value!r}")
+    return value
+
+
+def _delete_run(run_id: str) -> Callable[[sqlite3.Connection], object]:
+    return lambda conn: conn.execute("DELETE FROM active_runs WHERE run_id = ?", (run_id,))
+
+
+def _delete_decision(decision_id: str) -> Callable[[sqlite3.Connection], object]:
+    return lambda conn: conn.execute("DELETE FROM run_decisions WHERE decision_id = ?", (decision_id,))

@@ -1,0 +1,86 @@
+"""Start-up: every run a stopped process left in the journal is carried on, before the server is ready.
+
+Each is rebuilt as it was journaled (same run id, draft, tool calls, pending decisions under their ids,
+phase) and read again the way the gateway allows (`RunManager.adopt` starts its reader): where Hermes
+numbers its events, the stream is reopened after the last one consumed, so the text goes on with
+nothing lost or repeated and decisions asked meanwhile arrive as events; where it does not (0.19.0:
+the stream went with the old process's connection), Hermes is asked about the run until it ends
+(`reader.settle`), and what it waits on meanwhile is judged by `pheby.runs.unseen`. A run Hermes no
+longer knows (its gateway restarted too) ends `failed` by the same path.
+"""
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import hermes_client as hc
+from pheby.errors import NotFound
+from pheby.runs.active import ActiveRun
+from pheby.runs.engine import RunManager
+from pheby.runs.journal import JournaledRun, RunJournal
+from pheby.store.accounts import Account, Accounts
+from pheby.store.conversations import Conversation, Conversations
+
+log = logging.getLogger("pheby.runs")
+
+CATCH_UP_SECONDS = 3.0
+
+
+async def reattach(
+    journal: RunJournal,
+    accounts: Accounts,
+    conversations: Conversations,
+    hermes_for: Callable[[Account], hc.HermesClient],
+    runs: RunManager,
+) -> int:
+    """Carry on every journaled run; how many were."""
+    carried: list[ActiveRun] = []
+    for record in await journal.load():
+        try:
+            account = await accounts.get(record.account_id)
+            conversation = await conversations.get(account.id, record.conversation_id)
+        except NotFound:
+            await journal.forget(record.run_id)  # deleted while no server ran: nobody is left to see it
+            continue
+        if record.gateway != (account.hermes.url or ""):
+            log.warning("run %s: its account moved to another Hermes; it can't be followed", record.run_id)
+            await journal.forget(record.run_id)
+            continue
+        run = restored(record, account, conversation, hermes_for(account))
+        runs.adopt(run)
+        carried.append(run)
+    if carried:
+        log.info("carrying on %d run(s) a stopped process left", len(carried))
+        # A moment for each to hear from Hermes: the first snapshot then shows where the run is now (a replayed
+        # stream's text, a run that ended meanwhile ended), not where the journal left it.
+        waits = [asyncio.create_task(run.caught_up.wait()) for run in carried]
+        _, late = await asyncio.wait(waits, timeout=CATCH_UP_SECONDS)
+        for wait in late:
+            wait.cancel()
+    return len(carried)
+
+
+def restored(record: JournaledRun, account: Account, conversation: Conversation, client: hc.HermesClient) -> ActiveRun:
+    """The run as the journal kept it."""
+    run = ActiveRun(account, conversation, client, run_id=record.run_id)
+    run.hermes_run_id = record.hermes_run_id
+    run.user_text, run.sent_text, run.stored_before = record.user_text, record.sent_text, record.stored_before
+    run.extras = record.extras
+    run.judged_at = record.judged_at
+    run.cancel_requested = run.view.cancelling = record.cancel_requested
+    run.position = record.position
+    run.view.draft = run.view.streamed.add(record.streamed)
+    for tool in record.tools:
+        run.view.tools[tool.tool_call_id] = tool
+        if tool.status == "running":
+            run.view.open_tools[tool.tool_name].append(tool.tool_call_id)
+    for decision in record.decisions:
+        run.decisions.ask(decision.decision())
+    run.phase.move("running")
+    if record.cancel_requested:
+        run.phase.move("cancelling")
+    elif run.decisions:
+        run.phase.move("awaiting_decision")
+    run.reattached = True
+    run.started.set()
+    return run
