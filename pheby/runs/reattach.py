@@ -11,6 +11,7 @@ longer knows (its gateway restarted too) ends `failed` by the same path.
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 
 import hermes_client as hc
@@ -50,13 +51,19 @@ async def reattach(
         runs.adopt(run)
         carried.append(run)
     if carried:
-        log.info("carrying on %d run(s) a stopped process left", len(carried))
+        began = time.monotonic()
         # A moment for each to hear from Hermes: the first snapshot then shows where the run is now (a replayed
         # stream's text, a run that ended meanwhile ended), not where the journal left it.
         waits = [asyncio.create_task(run.caught_up.wait()) for run in carried]
         _, late = await asyncio.wait(waits, timeout=CATCH_UP_SECONDS)
         for wait in late:
             wait.cancel()
+        log.info(
+            "carried on %d run(s) a stopped process left; %d heard from Hermes within %.2f s",
+            len(carried),
+            len(carried) - len(late),
+            time.monotonic() - began,
+        )
     return len(carried)
 
 
