@@ -13,4 +13,6 @@ class ApprovalRespond(ClientMessage, frozen=True, tag="approval.respond"):
 
 
 async def handle(ctx: WsContext, msg: ApprovalRespond) -> None:
-    await ctx.services.runs.respond_approval(ctx.account.id, msg.approval_id, msg.choice, rid(msg.request_id))
+    await ctx.services.runs.decision_desk.respond_approval(
+        ctx.account.id, msg.approval_id, msg.choice, rid(msg.request_id)
+    )

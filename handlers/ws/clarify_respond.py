@@ -10,4 +10,6 @@ class ClarifyRespond(ClientMessage, frozen=True, tag="clarify.respond"):
 
 
 async def handle(ctx: WsContext, msg: ClarifyRespond) -> None:
-    await ctx.services.runs.respond_clarify(ctx.account.id, msg.clarify_id, msg.response, rid(msg.request_id))
+    await ctx.services.runs.decision_desk.respond_clarify(
+        ctx.account.id, msg.clarify_id, msg.response, rid(msg.request_id)
+    )

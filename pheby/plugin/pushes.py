@@ -159,19 +159,19 @@ class PluginEvents:
             case PluginHello(boot_id=boot_id, features=features):
                 return self._link.plugin_said_hello(boot_id, features)
             case ToolStart():
-                await runs.plugin_push(PluginToolStarted(push.run_id, push.tool_call_id, push.tool, push.args))
+                await runs.plugin_runs.push(PluginToolStarted(push.run_id, push.tool_call_id, push.tool, push.args))
             case ToolEnd():
                 outcome = _tool_status(push.status)
-                await runs.plugin_push(
+                await runs.plugin_runs.push(
                     PluginToolEnded(push.run_id, push.tool_call_id, push.tool, push.duration_ms, outcome, push.error)
                 )
             case ClarifyAsked():
                 asked = PluginClarifyAsked(push.run_id, push.clarify_id, push.question, push.choices)
-                return {"accepted": await runs.plugin_push(asked)}
+                return {"accepted": await runs.plugin_runs.push(asked)}
             case ClarifyExpired():
-                await runs.plugin_push(PluginClarifyExpired(push.run_id, push.clarify_id))
+                await runs.plugin_runs.push(PluginClarifyExpired(push.run_id, push.clarify_id))
             case MediaDone():
-                await runs.plugin_push(PluginMediaDone(push.run_id))
+                await runs.plugin_runs.push(PluginMediaDone(push.run_id))
             case CronOutput():
                 return {"delivered": await self._cron_output(push)}
         return {"ok": True}
@@ -180,7 +180,7 @@ class PluginEvents:
         self, hermes_run_id: str, filename: str, content_type: str | None, chunks: AsyncIterable[bytes]
     ) -> None:
         """A MEDIA: file of a run's final text, as bytes: an outbound attachment of its conversation."""
-        run = self._runs.plugin_run(hermes_run_id)
+        run = self._runs.plugin_runs.run(hermes_run_id)
         if run is None:
             raise NotFound("No such run")
         if run.media_fallback or not run.extras.media:

@@ -90,9 +90,9 @@ class Push:
             raise NotFound(ANSWER_NOT_FOUND)
         try:
             if grant.kind == "approval":
-                await self._runs.respond_approval(grant.account_id, grant.decision_id, grant.value, UNSET)
+                await self._runs.decision_desk.respond_approval(grant.account_id, grant.decision_id, grant.value, UNSET)
             else:
-                await self._runs.respond_clarify(grant.account_id, grant.decision_id, grant.value, UNSET)
+                await self._runs.decision_desk.respond_clarify(grant.account_id, grant.decision_id, grant.value, UNSET)
         except (ApprovalNotFound, ClarifyNotFound):
             raise NotFound(ANSWER_NOT_FOUND) from None
 

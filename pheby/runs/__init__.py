@@ -1,14 +1,21 @@
 """The run engine: one active run per conversation, from `chat.send` to `run.finished`.
 
 Hermes 0.19.0 allows a single consumer per run stream and no resume, so the server holds it and fans the
-events out through the hub; a 0.22-era stream is resumed where it broke. Modules, one concept each:
+events out through the hub; a 0.22-era stream is resumed where it broke. Runs outlive the server process: a
+graceful stop hands them over, and the next process (or the one after a crash) carries them on.
+Modules, one concept each:
 
-- `engine`: `RunManager`, the wiring (send, cancel, decisions, plugin pushes, snapshots, shutdown);
+- `engine`: `RunManager`, the wiring (send, cancel, reading, snapshots, hand-over at shutdown);
 - `active`: `ActiveRun`, one run's live state, enough to rebuild a client's view after a reconnect;
 - `phase`: the explicit phase of a run and the one table of allowed transitions;
 - `decisions`: the shared lifecycle of approvals and clarifications;
+- `decision_desk`: the runs' questions asked of the clients, and their answers taken to Hermes;
+- `unseen`: what Hermes's status says of a run whose stream nobody reads (an approval nobody saw);
+- `journal`: what a new process needs to carry the runs on (SQLite), written before clients hear of it;
+- `reattach`: start-up, carrying on every run a stopped process left in the journal;
 - `translate`: Hermes events → Pheby events and effects, a pure state machine;
 - `plugin_inputs`: the companion plugin's pushes, as inputs of their own;
+- `plugin_runs`: the runs those pushes name by Hermes's run id, and what each push does to its run;
 - `reader`: the stream's health, its resumption (numbered events), and how a lost stream's run is
   followed to its end by asking Hermes;
 - `media`: a completed run's `MEDIA:` files, pushed by the plugin or copied from disk;
@@ -23,7 +30,8 @@ May import: `hermes_client`, the basics, `pheby.redact`, `pheby.protocol`, `pheb
 """
 
 from pheby.runs.active import ActiveRun, AssistantTurn
-from pheby.runs.engine import RUN_INSTRUCTIONS, RunManager, RunPlugin, hermes_session_id, session_key
+from pheby.runs.decision_desk import session_key
+from pheby.runs.engine import RUN_INSTRUCTIONS, RunManager, RunPlugin, hermes_session_id
 
 __all__ = [
     "RUN_INSTRUCTIONS",

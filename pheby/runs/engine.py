@@ -1,19 +1,19 @@
 """`RunManager`: the run engine's wiring, one active run per conversation.
 
 It starts runs (`send`), feeds each Hermes event through the pure translation (`translate`) and
-performs what comes out, keeps the pending decisions, takes the companion plugin's pushes
-(`plugin_push`), resumes a broken stream or recovers a lost one by asking Hermes (`reader`), logs the
-turn afterwards (`turn_log`), delivers its files (`media`) and keeps finished turns for snapshots
-(`settled`).
+performs what comes out, hands the runs' questions to the decision desk (`decision_desk`), resumes a
+broken stream or recovers a lost one by asking Hermes (`reader`), logs the turn afterwards (`turn_log`),
+delivers its files (`media`) and keeps finished turns for snapshots (`settled`). The journal
+(`journal`) holds what a restart needs; a graceful stop hands every run over (`shutdown`), and the next
+process carries it on (`reattach`, `adopt`).
 """
 
 import asyncio
 import contextlib
 import logging
-import secrets
 import time
 import uuid
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
@@ -22,9 +22,6 @@ from msgspec import UNSET, UnsetType
 import hermes_client as hc
 from pheby import metrics
 from pheby.errors import (
-    ApprovalNotFound,
-    BadRequest,
-    ClarifyNotFound,
     ConversationNotFound,
     NotFound,
     RateLimited,
@@ -40,17 +37,10 @@ from pheby.protocol.hub import EVENT_ARRIVED, Hub
 from pheby.redact import sanitize_error
 from pheby.runs import translate as tr
 from pheby.runs.active import ActiveRun, AssistantTurn
-from pheby.runs.decisions import Answer, Decision, Kind, Resolved, resolved_id
+from pheby.runs.decision_desk import DecisionDesk
 from pheby.runs.journal import RunJournal
 from pheby.runs.media import DeliverMedia, MediaDelivery
-from pheby.runs.plugin_inputs import (
-    PluginClarifyAsked,
-    PluginClarifyExpired,
-    PluginInput,
-    PluginMediaDone,
-    PluginToolEnded,
-    PluginToolStarted,
-)
+from pheby.runs.plugin_runs import PluginRuns
 from pheby.runs.reader import (
     DEFAULT_TIMING,
     LOST_ERROR,
@@ -66,7 +56,7 @@ from pheby.runs.reader import (
 from pheby.runs.settled import SettledTurn, SettledTurns
 from pheby.runs.tool_merge import ToolMerge
 from pheby.runs.turn_log import AnchorTurn, TurnLog
-from pheby.runs.unseen import UnseenApprovals, unseen_request
+from pheby.runs.unseen import UnseenApprovals
 from pheby.store.accounts import Account
 from pheby.store.attachments import Attachments, attachment_added
 from pheby.store.conversations import Conversation, Conversations, TranscriptTurn
@@ -84,10 +74,8 @@ RUN_INSTRUCTIONS = (
     "To hand the user a file, put MEDIA:/absolute/path/to/file on its own line."
 )
 
-# The companion plugin: how long a tool event of the stream waits for the plugin's push of the same
-# call, and how many finished runs late pushes (MEDIA: files) can still find.
+# The companion plugin: how long a tool event of the stream waits for the plugin's push of the same call.
 PLUGIN_TOOL_WINDOW_SECONDS = 2.5
-RECENT_RUNS = 256
 
 HermesFor = Callable[[Account], hc.HermesClient]
 Snapshot = tuple[ev.RunSnapshot | None, list[ev.ToolState], list[ev.ApprovalRequest], list[ev.ClarifyRequest]]
@@ -105,10 +93,6 @@ class RunPlugin(Protocol):
     async def run_options(self, account: Account, conversation: Conversation) -> RunOptions:
         """The conversation's own model and effort for `POST /v1/runs` (nothing unless Hermes takes them)."""
         ...
-
-
-def session_key(conversation_id: str) -> str:
-    return f"agent:main:pheby:dm:{conversation_id}"
 
 
 def hermes_session_id(conversation: Conversation) -> str:
@@ -144,10 +128,9 @@ class RunManager:
         self._plugin = plugin
         self._attachments = attachments
         self._recovery = recovery
-        self._by_hermes: dict[str, ActiveRun] = {}
-        self._recent: OrderedDict[str, ActiveRun] = OrderedDict()
         self._by_conversation: dict[str, ActiveRun] = {}
-        self._decision_runs: dict[str, ActiveRun] = {}  # approval and clarify ids → their run
+        self.decision_desk = DecisionDesk(hub, journal, conversations, plugin)  # the runs' questions and answers
+        self.plugin_runs = PluginRuns(self.decision_desk)  # the runs the plugin's pushes name by Hermes's run id
         self._last_tools: dict[str, list[ev.ToolState]] = {}
         self._transitions: Counter[str] = Counter()
         self._settled = SettledTurns()
@@ -277,7 +260,8 @@ class RunManager:
             history = None if run.extras.history else [{"role": t.role, "content": t.content} for t in turns or []]
             if conversation.id in self._deleting:  # don't make a run in a conversation being deleted
                 raise ConversationNotFound()
-            # Before the run is made: between its first plugin pushes and run.accepted nothing may await.
+            # Before the run is made. Once the plugin's pushes can find it (`_watch_plugin`), nothing may await
+            # until run.accepted is out.
             if conversation.session_id is None:
                 await self._conversations.add_session(conversation.id, session_id)
             handle = await self._create_run(run, hermes_input, session_id, history, options)
@@ -297,7 +281,7 @@ class RunManager:
             ) from None
         except BaseException:
             self.release(run)
-            self._by_hermes.pop(run.hermes_run_id, None)
+            self.plugin_runs.forget(run, keep=False)
             await asyncio.shield(self._journal.ended(run))  # a run given up here is not carried on by the next
             raise
         self._transitions[conversation.id] += 1
@@ -323,8 +307,7 @@ class RunManager:
         """Carry on a run a stopped process left in the journal (`pheby.runs.reattach` rebuilt it)."""
         self._by_conversation[run.conversation_id] = run
         self._watch_plugin(run, run.hermes_run_id)
-        for decision in run.decisions:
-            self._decision_runs[decision.id] = run
+        self.decision_desk.adopt(run)
         self._transitions[run.conversation_id] += 1
         self._journal.adopt(run)
         self._start_reader(run)
@@ -341,7 +324,7 @@ class RunManager:
     def _watch_plugin(self, run: ActiveRun, hermes_run_id: str) -> None:
         """Let the plugin's pushes find the run (they arrive keyed by Hermes's run id)."""
         run.hermes_run_id = hermes_run_id
-        self._by_hermes[hermes_run_id] = run
+        self.plugin_runs.watch(run)
         if run.extras.tool_events:
             run.view.merged = True
             run.merge = ToolMerge(
@@ -490,7 +473,7 @@ class RunManager:
             run.hermes_run_id,
             self._recovery,
             contact=contact,
-            on_status=lambda status: self._while_unread(run, waits, status),
+            on_status=lambda status: self.decision_desk.while_unread(run, waits, status),
         )
         if run.finished.is_set():
             return  # a cancel gave up waiting and finished it meanwhile
@@ -504,29 +487,15 @@ class RunManager:
             case "lost":
                 await self._lost(run)
 
-    async def _while_unread(self, run: ActiveRun, waits: UnseenApprovals, status: hc.RunStatus) -> None:
-        """Hermes's word on a run whose stream nobody reads: an approval asked unseen, or stale ones."""
-        run.caught_up.set()
-        waiting = run.decisions.has("approval")
-        match waits.seen(status.status, approval_waiting=waiting):
-            case "ask_unseen":
-                ids = (secrets.token_hex(6), session_key(run.conversation_id), run.conversation_id, run.run_id)
-                request = unseen_request(*ids)
-                await self._ask(run, Decision(request.approval_id, request, unseen=True))
-            case "expire_waiting":
-                for decision in run.decisions:
-                    if decision.kind == "approval" and not decision.answering:
-                        self._expire(run, decision.id)
-
     # --- performing what the translation asks --------------------------------------------
 
     async def _perform_async(self, run: ActiveRun, outputs: list[tr.Output]) -> None:
         for output in outputs:
             match output:
                 case tr.AskApproval(event=event):
-                    await self._ask_approval(run, event)
+                    await self.decision_desk.ask_approval(run, event)
                 case tr.AskClarify(held_id=held_id, question=question, choices=choices, seq=seq):
-                    await self._ask_clarify(run, held_id, question, choices, by_plugin=False, seq=seq)
+                    await self.decision_desk.ask_clarify(run, held_id, question, choices, by_plugin=False, seq=seq)
                 case tr.Complete():
                     await self._complete(run, output)
                 case tr.Finish(status=status, error=error):
@@ -552,103 +521,15 @@ class RunManager:
                     else:
                         run.merge.stream_completed(tool)
                 case tr.RetireClarify(held_id=held_id):
-                    self._retire_clarify(run, held_id, by_plugin=False)
+                    self.decision_desk.retire_clarify(run, held_id, by_plugin=False)
                 case tr.ExpireUnansweredApprovals():
                     # Hermes fails an unanswered approval closed after its own timeout, with no event of its own.
                     # An approval being answered is left to its responder: the failure may be its own deny.
-                    for decision in run.decisions:
-                        if decision.kind == "approval" and not decision.answering:
-                            self._expire(run, decision.id)
+                    self.decision_desk.expire_waiting(run, "approval")
                 case tr.ExpirePluginClarifications():
-                    for decision in run.decisions:
-                        if decision.kind == "clarify" and decision.by_plugin and not decision.answering:
-                            self._expire(run, decision.id)
+                    self.decision_desk.expire_waiting(run, "clarify", by_plugin_only=True)
                 case tr.AskApproval() | tr.AskClarify() | tr.Complete() | tr.Finish():
                     raise AssertionError("performed by _perform_async")
-
-    async def _ask_approval(self, run: ActiveRun, event: hc.ApprovalRequest) -> None:
-        conversation = await self._conversations.get(run.account.id, run.conversation_id)
-        keys = list(event.pattern_keys or ([event.pattern_key] if event.pattern_key else []))
-        if conversation.yolo or (keys and set(keys) <= await self._conversations.approved_patterns(conversation.id)):
-            # YOLO, or a pattern approved for the session earlier: answer "once" without asking.
-            try:
-                await run.client.respond_approval(run.hermes_run_id, "once")
-            except hc.HermesError as exc:
-                log.warning("auto-approval for run %s failed: %s", run.run_id, exc)
-            return
-        approval = ev.ApprovalRequest(
-            approval_id=secrets.token_hex(6),
-            session_key=session_key(run.conversation_id),
-            conversation_id=run.conversation_id,
-            run_id=run.run_id,
-            command=event.command,
-            description=event.description or "",
-            choices=list(event.choices or ["once", "session", "always", "deny"]),
-        )
-        await self._ask(run, Decision(approval.approval_id, approval, pattern_keys=keys), event.seq)
-
-    async def _ask_clarify(
-        self,
-        run: ActiveRun,
-        held_id: str,
-        question: str,
-        choices: list[str] | None,
-        *,
-        by_plugin: bool,
-        seq: int | UnsetType = UNSET,
-    ) -> str:
-        clarify = ev.ClarifyRequest(
-            clarify_id=secrets.token_hex(5),
-            session_key=session_key(run.conversation_id),
-            conversation_id=run.conversation_id,
-            run_id=run.run_id,
-            question=question,
-            choices=choices,
-        )
-        await self._ask(run, Decision(clarify.clarify_id, clarify, held_id=held_id, by_plugin=by_plugin), seq)
-        return clarify.clarify_id
-
-    async def _ask(self, run: ActiveRun, decision: Decision, seq: int | UnsetType = UNSET) -> None:
-        """Journal the decision (with the stream's position past the event that asked it, so a resumed
-        stream never asks it again), then ask the clients."""
-        if type(seq) is int:
-            run.position = seq
-        await self._journal.decision_asked(run, decision)
-        if run.finished.is_set():
-            return  # the run ended meanwhile: nobody is left to answer
-        run.decisions.ask(decision)
-        self._decision_runs[decision.id] = run
-        run.phase.move("awaiting_decision")  # a run being cancelled stays cancelling
-        self._hub.broadcast(run.account.id, decision.request)
-
-    def _retire_clarify(self, run: ActiveRun, held_id: str, *, by_plugin: bool) -> None:
-        """Hermes (or the plugin) stopped waiting for an answer: unless a client's answer is on its way
-        (its reply resolves it), the question expired."""
-        for decision in run.decisions:
-            if (
-                decision.kind == "clarify"
-                and decision.held_id == held_id
-                and decision.by_plugin == by_plugin
-                and not decision.answering
-            ):
-                self._expire(run, decision.id)
-
-    async def _resolve(self, run: ActiveRun, decision_id: str, answer: Answer) -> None:
-        """A client's answer was taken: journaled before it is acknowledged."""
-        await self._journal.decision_settled(decision_id)
-        self._resolved(run, decision_id, run.decisions.resolve(decision_id, answer))
-
-    def _expire(self, run: ActiveRun, decision_id: str) -> None:
-        self._resolved(run, decision_id, run.decisions.expire(decision_id))
-
-    def _resolved(self, run: ActiveRun, decision_id: str, event: Resolved | None) -> None:
-        if event is None:
-            return
-        self._journal.forget_decision(decision_id)  # an answer (journaled already) or an expiry
-        self._decision_runs.pop(decision_id, None)
-        if not run.decisions:
-            run.phase.move("running")  # refused once the run is cancelling or finished
-        self._hub.broadcast(run.account.id, event)
 
     async def _complete(self, run: ActiveRun, completion: tr.Complete) -> None:
         if run.merge is not None:
@@ -677,14 +558,9 @@ class RunManager:
         run.phase.move("finished")
         run.finished.set()
         run.caught_up.set()
-        if self._by_hermes.pop(run.hermes_run_id, None) is not None:
-            self._recent[run.hermes_run_id] = run  # late plugin pushes (MEDIA: files) still find it
-            while len(self._recent) > RECENT_RUNS:
-                self._recent.popitem(last=False)
+        self.plugin_runs.forget(run, keep=True)  # late plugin pushes (MEDIA: files) still find it
         self._perform(run, tr.end_running_tools(run.view))
-        for resolved in run.decisions.settle_all():
-            self._decision_runs.pop(resolved_id(resolved), None)
-            self._hub.broadcast(run.account.id, resolved)
+        self.decision_desk.settle_all(run)
         self._last_tools[run.conversation_id] = list(run.tools.values())
         if not run.message_completed:  # cancelled or failed: the turn still ends with its message, as drafted
             run.view.message_completed = True
@@ -754,120 +630,6 @@ class RunManager:
                 run.reader.cancel()
             await self._end(run, "cancelled")
 
-    def _begin_answer(
-        self, account_id: str, decision_id: str, kind: Kind, answer: Answer, unknown: type[NotFound]
-    ) -> tuple[ActiveRun, Decision]:
-        """The run and pending decision a client's answer is for, now marked as being answered; `unknown`
-        when it is unknown, stale, another account's, or another client's answer is already on its way."""
-        run = self._decision_runs.get(decision_id)
-        decision = (
-            run.decisions.begin_answer(decision_id, kind, answer)
-            if run is not None and run.account.id == account_id
-            else None
-        )
-        if run is None or decision is None:
-            raise unknown()
-        return run, decision
-
-    async def respond_approval(
-        self, account_id: str, approval_id: str, choice: str, request_id: str | UnsetType
-    ) -> None:
-        answer = Answer(choice, request_id)
-        run, decision = self._begin_answer(account_id, approval_id, "approval", answer, ApprovalNotFound)
-        if decision.unseen and choice != "deny":
-            run.decisions.answer_not_taken(approval_id)
-            raise BadRequest("Nobody here saw what this approval is for: it can only be denied")
-        try:
-            await run.client.respond_approval(run.hermes_run_id, choice)
-        except (hc.HermesNotFound, hc.HermesRejected):
-            if approval_id not in run.decisions:
-                return  # the run ended meanwhile and resolved it with this answer
-            self._expire(run, approval_id)
-            raise ApprovalNotFound() from None
-        except BaseException as exc:
-            if isinstance(exc, Exception) and approval_id not in run.decisions:
-                return  # the run ended meanwhile and resolved it with this answer
-            run.decisions.answer_not_taken(approval_id)  # Hermes never took it: it waits for an answer again
-            raise
-        if choice == "session":
-            for key in decision.pattern_keys:
-                await self._conversations.approve_pattern(run.conversation_id, key)
-        await self._resolve(run, approval_id, answer)
-
-    async def respond_clarify(
-        self, account_id: str, clarify_id: str, response: str, request_id: str | UnsetType
-    ) -> None:
-        answer = Answer(response, request_id)
-        run, decision = self._begin_answer(account_id, clarify_id, "clarify", answer, ClarifyNotFound)
-        try:
-            answered = await self._answer_clarify(run, decision, response)
-        except BaseException as exc:
-            if isinstance(exc, Exception) and clarify_id not in run.decisions:
-                return  # the run ended meanwhile and resolved it with this answer
-            run.decisions.answer_not_taken(clarify_id)
-            raise
-        if clarify_id not in run.decisions:
-            return  # the run ended meanwhile and resolved it with this answer
-        if not answered:
-            self._expire(run, clarify_id)
-            raise ClarifyNotFound()
-        await self._resolve(run, clarify_id, answer)
-
-    async def _answer_clarify(self, run: ActiveRun, decision: Decision, response: str) -> bool:
-        """Hand the answer to whoever holds the question (the plugin or Hermes); False if it no longer waits."""
-        if decision.by_plugin and self._plugin is not None:
-            return await self._plugin.answer_clarify(decision.held_id, response)
-        try:
-            await run.client.respond_clarify(run.hermes_run_id, decision.held_id, response)
-        except (hc.HermesNotFound, hc.HermesRejected):
-            return False
-        return True
-
-    # --- pushes of the companion plugin (keyed by Hermes's run id) ----------------------------
-
-    def plugin_run(self, hermes_run_id: str) -> ActiveRun | None:
-        """The active, or recently finished, run behind a Hermes run id, of the plugin's gateway only.
-
-        The plugin is installed in the server's Hermes: a run of an account with a gateway of its
-        own is none of its business, whatever id a push names."""
-        run = self._by_hermes.get(hermes_run_id) or self._recent.get(hermes_run_id)
-        return run if run is not None and _on_servers_hermes(run) else None
-
-    def _plugin_active_run(self, hermes_run_id: str) -> ActiveRun | None:
-        run = self._by_hermes.get(hermes_run_id)
-        return run if run is not None and _on_servers_hermes(run) else None
-
-    async def plugin_push(self, push: PluginInput) -> bool:
-        """Take one push of the plugin; False when it found nothing to act on (for a clarification:
-        no client can be asked, so the plugin lets the run go on)."""
-        match push:
-            case PluginToolStarted():
-                run = self._plugin_active_run(push.hermes_run_id)
-                if run is None or run.merge is None:
-                    return False
-                run.merge.plugin_started(push.began())
-            case PluginToolEnded():
-                run = self._plugin_active_run(push.hermes_run_id)
-                if run is None or run.merge is None:
-                    return False
-                run.merge.plugin_completed(push.ended())
-            case PluginClarifyAsked():
-                run = self._plugin_active_run(push.hermes_run_id)
-                if run is None or run.message_completed or run.finished.is_set() or not run.extras.clarify:
-                    return False
-                await self._ask_clarify(run, push.clarify_id, push.question, push.choices, by_plugin=True)
-            case PluginClarifyExpired():
-                run = self._plugin_active_run(push.hermes_run_id)
-                if run is None:
-                    return False
-                self._retire_clarify(run, push.clarify_id, by_plugin=True)
-            case PluginMediaDone():
-                run = self.plugin_run(push.hermes_run_id)
-                if run is None:
-                    return False
-                run.media_done.set()
-        return True
-
     # --- unsolicited output and shutdown -------------------------------------------------
 
     async def push_unsolicited(self, account_id: str, conversation_id: str, text: str) -> str:
@@ -905,10 +667,6 @@ class RunManager:
             reader.cancel()
         await asyncio.gather(*readers, return_exceptions=True)
         await asyncio.gather(*(self._journal.save(run) for run in self._by_conversation.values() if run.made))
-
-
-def _on_servers_hermes(run: ActiveRun) -> bool:
-    return not run.account.hermes.url
 
 
 async def _made_in_time(run: ActiveRun) -> bool:

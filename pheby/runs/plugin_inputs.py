@@ -1,7 +1,7 @@
 """What the companion plugin tells the engine about a run, as inputs of their own.
 
 The plugin's pushes (`pheby.plugin.pushes`) are keyed by Hermes's run id and become one of these;
-`RunManager.plugin_push` takes them. They are not Hermes stream events: a tool push carries the
+`PluginRuns.push` takes them. They are not Hermes stream events: a tool push carries the
 call id and args the stream lacks, a clarification is held by the plugin, not by Hermes.
 """
 
