@@ -110,7 +110,10 @@ async def _files(turn: Turn) -> None:
 
 
 async def _slow(turn: Turn) -> None:
-    ticks = [f"tick {i} " for i in range(SLOW_DELTAS)]
+    """`/demo slow [count]`: that many ticks (default 100, at most 10,000), 50 ms apart."""
+    words = turn.text.split()
+    count = int(words[2]) if len(words) > 2 and words[2].isdigit() else SLOW_DELTAS
+    ticks = [f"tick {i} " for i in range(min(max(count, 1), 10_000))]
     await turn.say("".join(ticks), chunks=ticks, delay=SLOW_DELAY)
 
 

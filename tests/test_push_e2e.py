@@ -100,6 +100,49 @@ def action_token(push: Received, action: str) -> str:
 # --- decisions ----------------------------------------------------------------------------------
 
 
+async def test_a_decision_pushed_before_a_restart_is_not_pushed_again_by_the_next_server(
+    start_live_server: Callable[[Settings], LiveServer],
+    push_settings: Callable[..., Settings],
+    push_service: PushService,
+) -> None:
+    settings = push_settings()
+    async with pushing_on(start_live_server(settings), push_service) as pushing:
+        subscription = await pushing.subscribe()
+        phone = await pushing.client()
+        conversation_id, run_id = await new_chat(phone, "/demo approve")
+        request = await phone.expect("approval.request", run_id=run_id)
+        await subscription.wait_for(1, timeout=5)
+        await phone.close()
+        await stopped(pushing.server)  # handed over: the run goes on in Hermes, its approval journaled
+
+    async with pushing_on(start_live_server(settings), push_service) as pushing:
+        phone = await pushing.client()
+        snapshot = await phone.request("conversation.open", "conversation.history", conversation_id=conversation_id)
+        assert [a["approval_id"] for a in snapshot["approvals"]] == [request["approval_id"]]
+        await asyncio.sleep(NO_PUSH_WAIT)
+        assert len(subscription.received) == 1  # the new server asked nobody again
+        resolved = await phone.request(
+            "approval.respond", "approval.resolved", approval_id=request["approval_id"], choice="deny"
+        )
+        assert resolved["type"] == "approval.resolved", resolved
+        await phone.arrived("run.finished", run_id=run_id)
+        await phone.close()
+
+
+async def stopped(server: LiveServer) -> None:
+    """Stop a live server gracefully (as SIGTERM does) and wait, bounded, until its port refuses connections."""
+    server.server.should_exit = True
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            _, writer = await asyncio.open_connection(server.settings.host, server.settings.port)
+        except OSError:
+            return
+        writer.close()
+        await asyncio.sleep(0.05)
+    raise AssertionError("the server did not stop")
+
+
 async def test_an_approval_reaches_a_background_account_and_is_answered_from_the_notification(
     pushing: Pushing,
 ) -> None:

@@ -16,9 +16,9 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
-from demo_hermes.agent import SLOW_DELTAS
 from tests.crash_safety import SECRET, ServerProcess
 from tests.demo_hermes_process import DemoHermesProcess
 from tests.live_server import free_port
@@ -26,8 +26,10 @@ from tests.ws_client import PhebyClient
 
 pytestmark = [pytest.mark.anyio, pytest.mark.live]
 
-SLOW_ANSWER = "".join(f"tick {i} " for i in range(SLOW_DELTAS)).strip()
+LONG_TICKS = 200  # 10 s of text: still streaming after the restart however slow the machine
+SLOW_ANSWER = "".join(f"tick {i} " for i in range(LONG_TICKS)).strip()
 EXIT_SECONDS = 10.0
+METRICS_TOKEN = "handover-metrics-token-0123456789"
 GATEWAYS = [pytest.param((), id="one-consumer"), pytest.param(("--replay",), id="replay")]
 
 
@@ -46,11 +48,17 @@ class Deployment:
         return self.servers[-1]
 
     async def start(self) -> ServerProcess:
+        server = self.spawn()
+        await server.wait_up()
+        return server
+
+    def spawn(self) -> ServerProcess:
+        """Start a server process, not waiting for it to be up."""
         env = {"HERMES_URL": self.hermes.base_url, "HERMES_API_KEY": self.hermes.api_key}
+        env["PHEBY_METRICS_TOKEN"] = METRICS_TOKEN
         log = self.tmp_path / f"server-{len(self.servers) + 1}.log"
         server = ServerProcess(self.data_dir, free_port(), log, env_extra=env)
         self.servers.append(server)
-        await server.wait_up()
         return server
 
     async def client(self) -> PhebyClient:
@@ -65,6 +73,17 @@ class Deployment:
         server.process.send_signal(signum)
         await asyncio.to_thread(server.process.wait, EXIT_SECONDS)
         return time.monotonic() - began
+
+    async def metric(self, name: str) -> float:
+        """A sample of the server's `/metrics` (0 when it has none yet)."""
+        async with httpx.AsyncClient(base_url=self.server.base_url, timeout=5) as http:
+            scraped = await http.get("/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"})
+        assert scraped.status_code == 200, scraped.text
+        for line in scraped.text.splitlines():
+            sample, _, value = line.rpartition(" ")
+            if sample == name:
+                return float(value)
+        return 0.0
 
     def journaled_runs(self) -> int:
         with sqlite3.connect(self.data_dir / "pheby.sqlite3") as conn:
@@ -126,7 +145,7 @@ async def test_a_run_stopped_mid_stream_goes_on_and_ends_once_with_the_whole_ans
     deployment = deployments(*gateway)
     await deployment.start()
     before = await deployment.client()
-    conversation_id, run_id = await started_run(before, "/demo slow")
+    conversation_id, run_id = await started_run(before, f"/demo slow {LONG_TICKS}")
     await before.wait_for(lambda f: f.get("type") == "message.delta" and "tick 10 " in f["text"], 15)
 
     exited_after = await deployment.stop(signum)
@@ -145,7 +164,7 @@ async def test_a_run_stopped_mid_stream_goes_on_and_ends_once_with_the_whole_ans
     assert snapshot["run"] is not None
     assert snapshot["run"]["run_id"] == run_id
     assert snapshot["run"]["status"] == "running"
-    finished = await after.expect("run.finished", 20, run_id=run_id)
+    finished = await after.expect("run.finished", 30, run_id=run_id)
     assert finished["status"] == "completed"
     complete = after.seen("message.complete", message_id=f"draft-{run_id}")
     assert [frame["text"] for frame in complete] == [SLOW_ANSWER]  # the agent's whole answer, once
@@ -157,10 +176,11 @@ async def test_a_run_stopped_mid_stream_goes_on_and_ends_once_with_the_whole_ans
         assert len(resumed) > 1
         assert resumed[0].startswith(last_before) or resumed[1].startswith(last_before)
     assert deployment.journaled_runs() == 0
+    assert await deployment.metric('pheby_runs_reattached_total{outcome="completed"}') == 1
 
     reopened = await opened(after, conversation_id)
     assert reopened["run"] is None
-    assert [m["text"] for m in reopened["messages"]][-2:] == ["/demo slow", SLOW_ANSWER]
+    assert [m["text"] for m in reopened["messages"]][-2:] == [f"/demo slow {LONG_TICKS}", SLOW_ANSWER]
     again = await after.request("chat.send", "run.accepted", conversation_id=conversation_id, text="hello again")
     assert again["type"] == "run.accepted", again
     await after.expect("run.finished", 10, run_id=again["run_id"])
@@ -177,8 +197,11 @@ async def test_an_approval_pending_at_a_kill_stays_pending_and_is_answered_once(
     asked = await before.expect("approval.request", 10, run_id=run_id)
 
     await deployment.stop(signal.SIGKILL)
+    deployment.spawn()
+    await asyncio.sleep(0.8)  # killed again while it starts and re-attaches: nothing changes
+    await deployment.stop(signal.SIGKILL)
     await deployment.start()
-    await deployment.stop(signal.SIGKILL)  # killed again during the re-attach: nothing changes
+    await deployment.stop(signal.SIGKILL)  # and once it has re-attached
     await deployment.start()
 
     after = await deployment.client()

@@ -101,7 +101,7 @@ class RunJournal:
 
     async def admitted(self, run: ActiveRun) -> None:
         """Hermes made the run: from here a restart carries it on."""
-        self._entries[run.run_id] = _Entry()
+        self._entries[run.run_id] = _Entry(saved_at=self._clock())
         await self.save(run)
 
     def adopt(self, run: ActiveRun) -> None:
