@@ -12,7 +12,9 @@ import hermes_client as hc
 from pheby.db import Database
 from pheby.plugin.extras import PluginExtras
 from pheby.protocol import frames as ev
+from pheby.protocol.hub import Hub
 from pheby.runs.active import ActiveRun
+from pheby.runs.decision_desk import DecisionDesk
 from pheby.runs.decisions import Decision
 from pheby.runs.journal import RunJournal
 from pheby.runs.reattach import restored
@@ -228,3 +230,20 @@ def test_an_unseen_approval_offers_deny_only() -> None:
     request = unseen_request("a9", "k", "c", "r")
     assert request.choices == ["deny"]
     assert "not reading" in request.description
+
+
+async def test_a_plugin_question_delivered_again_after_a_restart_is_the_one_already_pending(setup: Setup) -> None:
+    """The plugin keeps what a stopped server never acknowledged and delivers it again: the question the journal
+    kept pending is not asked a second time under a new id."""
+    run = setup.run()
+    await setup.journal.admitted(run)
+    desk = DecisionDesk(Hub(), setup.journal, Conversations(setup.db), None)
+    first = await desk.ask_clarify(run, "plugin-c1", "Staging or production?", None, by_plugin=True)
+    [record] = await setup.journal.load()
+    carried = restored(record, setup.account, setup.conversation, setup.client)
+    desk.adopt(carried)
+    again = await desk.ask_clarify(carried, "plugin-c1", "Staging or production?", None, by_plugin=True)
+    assert again == first
+    assert [d.id for d in carried.decisions] == [first]
+    other = await desk.ask_clarify(carried, "plugin-c2", "And then?", None, by_plugin=True)
+    assert other != first

@@ -96,6 +96,11 @@ class DecisionDesk:
         by_plugin: bool,
         seq: int | UnsetType = UNSET,
     ) -> str:
+        """Ask the clients; the clarify id. A question asked again (the plugin delivers what a stopped server
+        never acknowledged) is the one already pending."""
+        for pending in run.decisions:
+            if pending.kind == "clarify" and pending.held_id == held_id and pending.by_plugin == by_plugin:
+                return pending.id
         clarify = ev.ClarifyRequest(
             clarify_id=secrets.token_hex(5),
             session_key=session_key(run.conversation_id),
