@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from hermes_plugin.pheby_bridge import bridge as bridge_module
 from hermes_plugin.pheby_bridge.bridge import Bridge, ClarifyUnanswered
 from hermes_plugin.pheby_bridge.config import BridgeConfig
 from hermes_plugin.pheby_bridge.outbox import EVENTS_PATH, SECRET_HEADER, Outbox
@@ -259,7 +260,7 @@ def test_the_hello_probe_goes_first_when_the_service_comes_back(
     assert results.calls["hello"] == (True, {"accepted": True, "extras": ["tool_events"]})
 
 
-@pytest.mark.parametrize("ends_on", ["timeout", "cancel"])
+@pytest.mark.parametrize("ends_on", ["timeout", "cancel", "grace"])
 def test_a_clarification_whose_wait_ended_unsent_reaches_the_server_before_its_expiry(
     ends_on: str, pheby: FakePheby, make_outbox: Callable[..., Outbox], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -270,8 +271,11 @@ def test_a_clarification_whose_wait_ended_unsent_reaches_the_server_before_its_e
     monkeypatch.setitem(sys.modules, "tools.interrupt", interrupt)
     bridge = Bridge(BridgeConfig(service_url=pheby.url, secret=SECRET))
     bridge.outbox = make_outbox()
+    # grace: the server stays away longer than a restart takes; the agent is not held for the whole timeout.
+    monkeypatch.setattr(bridge_module, "DELIVERY_GRACE_S", 0.3 if ends_on == "grace" else 10.0)
     bridge._apply_server_view({"clarify_timeout": 0.3 if ends_on == "timeout" else 30})
-    with pytest.raises(ClarifyUnanswered, match="did not answer" if ends_on == "timeout" else "cancelled"):
+    expected = {"timeout": "did not answer", "cancel": "cancelled", "grace": "not reachable"}[ends_on]
+    with pytest.raises(ClarifyUnanswered, match=expected):
         bridge.ask_clarify("run_1", "s1", "call_1", "Which one?", ["a", "b"])
     assert time.monotonic() - started < 0.3 + 0.5  # no longer than its own end, and a wait slice
     pheby.start()

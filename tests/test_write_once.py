@@ -90,7 +90,7 @@ NOT_TRANSLATIONS = {
 }
 LEFT_AS_THEY_ARE = {
     # Hermes no longer knows the approval: the protocol's own approval_not_found, an outcome, not a failure.
-    ("pheby/runs/engine.py", "ApprovalNotFound"),
+    ("pheby/runs/decision_desk.py", "ApprovalNotFound"),
 }
 
 

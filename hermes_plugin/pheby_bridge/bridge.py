@@ -42,6 +42,9 @@ NEEDS: dict[str, tuple[str, ...]] = {
 DEFAULT_CLARIFY_TIMEOUT_S = 120.0
 MAX_SESSIONS = 2048
 WAIT_SLICE_S = 0.2
+# How long a clarification waits for the server to take it: a restarting server is back within seconds, one
+# that is gone must not hold the agent for the whole clarify timeout.
+DELIVERY_GRACE_S = 10.0
 
 
 def has_internal(spec: str) -> bool:
@@ -178,10 +181,11 @@ class Bridge:
     ) -> str:
         """Ask the server's clients and wait (on the agent thread) for the answer; raise if none comes.
 
-        The wait ends on the answer, the timeout, a cancel or a refusal, never on the server being
-        down: the request stays in the outbox meanwhile. A wait that ends on the timeout, or on a
-        cancel or shutdown before the server took the request, pushes `clarify.expired` behind the
-        request, so a request delivered late is closed again at once rather than left open.
+        The wait ends on the answer, the timeout, a cancel or a refusal, or when the server has not taken
+        the request within `DELIVERY_GRACE_S` (the request stays in the outbox meanwhile: a server that
+        restarts gets it). A wait that ends on the timeout, or on a cancel, shutdown or the grace before the
+        server took the request, pushes `clarify.expired` behind the request, so a request delivered late is
+        closed again at once rather than left open.
         """
         from tools.interrupt import is_interrupted
 
@@ -211,7 +215,8 @@ class Bridge:
                 },
                 on_done=delivered,
             )
-            deadline = time.monotonic() + timeout
+            asked = time.monotonic()
+            deadline = asked + timeout
             while True:
                 pending.event.wait(WAIT_SLICE_S)
                 if pending.answer is not None:
@@ -228,6 +233,9 @@ class Bridge:
                 if time.monotonic() >= deadline:
                     self.outbox.push(expired)
                     raise ClarifyUnanswered(f"the user did not answer within {timeout:g} seconds")
+                if not pending.settled and time.monotonic() - asked >= DELIVERY_GRACE_S:
+                    self.outbox.push(expired)
+                    raise ClarifyUnanswered("the Pheby server is not reachable to ask the user")
         finally:
             with self._lock:
                 self._pending.pop(clarify_id, None)
