@@ -1,0 +1,380 @@
+"""Runs outlive the server process: the real gateways (tests/test_run_handover.py's guarantees).
+
+`pheby serve` runs in a process of its own (`tests.crash_safety.ServerProcess`) in front of a real gateway
+driven by the scripted fake LLM (tests/fake_llm.py): SLOW streams "tick 0 " … "tick 39 " 0.25 s apart (a
+~10 s run), DANGER asks for an `rm -rf` that needs an approval (the gateway's `approvals.timeout` is 60 s,
+`manual` mode: still pending after a restart). The server is stopped mid-run (SIGTERM: a handover; SIGKILL:
+a crash) and started again on the same data dir: the run goes on under the same id, in Hermes it was never
+cancelled, and the new process ends it exactly once with the agent's whole answer.
+
+0.19.0 (one consumer per stream) is followed by its status after the restart; the 0.22-era gateway numbers
+its events and replays them after a `Last-Event-ID`, so there the text streams on from where it was.
+
+The shared session gateways serve the first two groups of tests; the companion plugin's case needs a gateway
+of its own (the plugin is pointed at the server's port before the gateway starts).
+"""
+
+import asyncio
+import contextlib
+import itertools
+import secrets
+import signal
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any, Final
+
+import httpx
+import pytest
+
+from pheby.cli import main as pheby_main
+from tests.crash_safety import SECRET, ServerProcess
+from tests.live_server import free_port
+from tests.real_hermes import RealHermes, hermes_gateway
+from tests.ws_client import PhebyClient
+
+pytestmark = [pytest.mark.anyio, pytest.mark.hermes, pytest.mark.live]
+
+SLOW_ANSWER: Final = "".join(f"tick {i} " for i in range(40)).strip()  # Hermes keeps the space, the server trims
+EXIT_SECONDS: Final = 10.0
+FIRST_DELTA_TIMEOUT_S: Final = 30.0
+RUN_TIMEOUT_S: Final = 40.0
+APPROVED_RUN_TIMEOUT_S: Final = 25.0
+TOOL_DONE: Final = "Tool finished. Result was: "
+
+GATEWAYS: Final = [
+    pytest.param("real_hermes", id="0.19.0", marks=pytest.mark.xdist_group("hermes")),
+    pytest.param("real_hermes_next", id="0.22", marks=pytest.mark.xdist_group("hermes-next")),
+]
+SIGNALS: Final = [pytest.param(signal.SIGTERM, id="sigterm"), pytest.param(signal.SIGKILL, id="kill-9")]
+
+
+class Deployment:
+    """A real gateway and the `pheby serve` processes started one after another on one data dir, each
+    stopped by its PID when the test ends."""
+
+    def __init__(self, tmp_path: Path, hermes: RealHermes, port: int | None = None) -> None:
+        self.tmp_path = tmp_path
+        self.hermes = hermes
+        self.data_dir = tmp_path / "data"
+        self.port = port
+        self.servers: list[ServerProcess] = []
+        self.clients: list[PhebyClient] = []
+
+    @property
+    def server(self) -> ServerProcess:
+        return self.servers[-1]
+
+    async def start(self) -> ServerProcess:
+        env = {"HERMES_URL": self.hermes.base_url, "HERMES_API_KEY": self.hermes.api_key}
+        log = self.tmp_path / f"server-{len(self.servers) + 1}.log"
+        server = ServerProcess(self.data_dir, self.port or free_port(), log, env_extra=env)
+        self.servers.append(server)
+        await server.wait_up()
+        return server
+
+    async def client(self) -> PhebyClient:
+        client = await PhebyClient.connect(self.server.ws_url, SECRET)
+        self.clients.append(client)
+        return client
+
+    async def stop(self, signum: signal.Signals) -> float:
+        """Signal the server by its PID; the seconds until it exited (bounded: `EXIT_SECONDS`)."""
+        server = self.server
+        began = time.monotonic()
+        server.process.send_signal(signum)
+        await asyncio.to_thread(server.process.wait, EXIT_SECONDS)
+        return time.monotonic() - began
+
+    def journaled(self, run_id: str) -> str | None:
+        """The Hermes run id the journal keeps for `run_id`, None once it is gone."""
+        with contextlib.closing(sqlite3.connect(self.data_dir / "pheby.sqlite3")) as conn:
+            row = conn.execute("SELECT hermes_run_id FROM active_runs WHERE run_id = ?", (run_id,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def journaled_runs(self) -> int:
+        with contextlib.closing(sqlite3.connect(self.data_dir / "pheby.sqlite3")) as conn:
+            count: int = conn.execute("SELECT count(*) FROM active_runs").fetchone()[0]
+        return count
+
+    async def hermes_status(self, hermes_run_id: str) -> dict[str, Any]:
+        """What the gateway itself says of the run (`GET /v1/runs/{id}`)."""
+        async with httpx.AsyncClient(base_url=self.hermes.base_url, headers=self.hermes.auth_headers()) as http:
+            resp = await http.get(f"/v1/runs/{hermes_run_id}", timeout=10)
+        assert resp.status_code == 200, resp.text
+        status: dict[str, Any] = resp.json()
+        return status
+
+    async def close(self) -> None:
+        for client in self.clients:
+            if client.ws.close_code is None:
+                with contextlib.suppress(Exception):
+                    await client.close()
+        for server in self.servers:
+            server.stop()
+
+
+@pytest.fixture
+async def deployments(tmp_path: Path) -> AsyncIterator[Callable[..., Deployment]]:
+    """Make a deployment on a gateway; its servers and clients end with the test, whatever happened."""
+    made: list[Deployment] = []
+
+    def make(hermes: RealHermes, port: int | None = None, name: str | None = None) -> Deployment:
+        made.append(Deployment(tmp_path / (name or f"deployment-{len(made) + 1}"), hermes, port))
+        made[-1].tmp_path.mkdir(parents=True, exist_ok=True)
+        return made[-1]
+
+    yield make
+    for deployment in made:
+        await deployment.close()
+
+
+async def started_run(client: PhebyClient, text: str) -> tuple[str, str]:
+    """A new conversation with a run of `text` under way: (conversation id, run id)."""
+    created = await client.request("conversation.create", "conversation.created", name="Long job")
+    conversation_id = created["conversation_id"]
+    accepted = await client.request("chat.send", "run.accepted", timeout=30, conversation_id=conversation_id, text=text)
+    assert accepted["type"] == "run.accepted", accepted
+    return conversation_id, accepted["run_id"]
+
+
+async def opened(client: PhebyClient, conversation_id: str) -> dict[str, Any]:
+    snapshot = await client.request("conversation.open", "conversation.history", conversation_id=conversation_id)
+    assert snapshot["type"] == "conversation.history", snapshot
+    return snapshot
+
+
+def texts(client: PhebyClient, run_id: str) -> list[str]:
+    return [f["text"] for f in client.seen("message.delta") if f.get("message_id") == f"draft-{run_id}"]
+
+
+def agent_requests(hermes: RealHermes, user_text: str) -> list[dict[str, Any]]:
+    """The agent's own model requests (they carry tools) whose last user message is `user_text`."""
+    found = []
+    for body in hermes.chat_requests():
+        users = [m for m in body.get("messages", []) if m.get("role") == "user"]
+        if body.get("tools") and users and users[-1].get("content") == user_text:
+            found.append(body)
+    return found
+
+
+WARM_TIMEOUT_S: Final = 90.0
+_warmed: set[str] = set()
+
+
+async def warmed(hermes: RealHermes) -> None:
+    """One plain run straight on the gateway, once per gateway, before its first scenario: a cold gateway's
+    first turn (agent and tool set-up) can block its event loop for seconds on a loaded machine, which the
+    server rightly takes for a silent Hermes; that is not what these tests are about."""
+    if hermes.base_url in _warmed:
+        return
+    deadline = time.monotonic() + WARM_TIMEOUT_S
+    async with httpx.AsyncClient(base_url=hermes.base_url, headers=hermes.auth_headers(), timeout=30) as http:
+        created = await http.post("/v1/runs", json={"input": "Say hi PLAIN to warm up"})
+        assert created.status_code == 202, created.text
+        run = created.json()["run_id"]
+        while (status := (await http.get(f"/v1/runs/{run}")).json()["status"]) not in ("completed", "failed"):
+            assert time.monotonic() < deadline, f"the warm-up run is still {status}"
+            await asyncio.sleep(0.2)
+    _warmed.add(hermes.base_url)
+
+
+async def handed_over_slow_run(
+    deployment: Deployment,
+    signum: signal.Signals,
+    *,
+    resumes: bool,
+    on_start: Callable[[ServerProcess], Awaitable[None]] | None = None,
+) -> None:
+    """A SLOW run, its server stopped with `signum` mid-stream and started again: the run ends once, whole.
+    `on_start` runs after each start, before any client connects."""
+    hermes = deployment.hermes
+    await warmed(hermes)
+    text = f"SLOW story please {secrets.token_hex(4)}"
+    if on_start is not None:
+        await on_start(await deployment.start())
+    else:
+        await deployment.start()
+    before = await deployment.client()
+    conversation_id, run_id = await started_run(before, text)
+    await before.wait_for(lambda f: f.get("type") == "message.delta" and "tick 10 " in f["text"], FIRST_DELTA_TIMEOUT_S)
+    hermes_run_id = deployment.journaled(run_id)
+    assert hermes_run_id is not None  # journaled once Hermes made it
+
+    exited_after = await deployment.stop(signum)
+    assert exited_after < EXIT_SECONDS
+    assert deployment.server.process.returncode == (0 if signum == signal.SIGTERM else -signal.SIGKILL)
+    if signum == signal.SIGTERM:
+        assert await before.closed() == 1012  # service restart: reconnect
+    else:
+        await before.closed()
+    assert not before.seen("run.finished")  # the stop ended nothing
+    last_before = texts(before, run_id)[-1]
+    status = await deployment.hermes_status(hermes_run_id)
+    assert status["status"] not in ("cancelled", "failed", "interrupted"), status  # Hermes's run goes on
+    assert deployment.journaled(run_id) == hermes_run_id
+
+    restarted = await deployment.start()
+    if on_start is not None:
+        await on_start(restarted)
+    after = await deployment.client()
+    snapshot = await opened(after, conversation_id)
+    assert snapshot["run"] is not None, snapshot
+    assert snapshot["run"]["run_id"] == run_id
+    assert snapshot["run"]["status"] == "running"
+    finished = await after.arrived("run.finished", RUN_TIMEOUT_S, run_id=run_id)
+    assert finished["status"] == "completed", finished
+    complete = after.seen("message.complete", message_id=f"draft-{run_id}")
+    assert [frame["text"] for frame in complete] == [SLOW_ANSWER]  # the agent's whole answer, once
+    await asyncio.sleep(0.5)  # nothing late may follow
+    assert len(after.seen("run.finished", run_id=run_id)) == 1
+    resumed = [snapshot["run"]["text"], *texts(after, run_id)]
+    assert all(SLOW_ANSWER.startswith(t.strip()) for t in [last_before, *resumed]), resumed  # nothing garbled
+    assert all(b.startswith(a) for a, b in itertools.pairwise(resumed)), resumed  # each extends the last
+    if resumes:  # the stream was reopened after the last event consumed: the text goes on from there
+        after_restart = texts(after, run_id)
+        assert after_restart, "no delta after the restart"
+        assert after_restart[0].startswith(last_before), (last_before, after_restart[0])
+    assert deployment.journaled_runs() == 0
+    assert len(agent_requests(hermes, text)) == 1  # the agent was never asked again: the run was not redone
+    assert (await deployment.hermes_status(hermes_run_id))["status"] == "completed"
+
+    reopened = await opened(after, conversation_id)
+    assert reopened["run"] is None
+    assert [m["text"] for m in reopened["messages"]][-2:] == [text, SLOW_ANSWER]
+
+
+async def approval_pending_at_a_kill(deployment: Deployment) -> None:
+    """A DANGER run waits on its approval; the server is killed and started again; answered once, it ran."""
+    hermes = deployment.hermes
+    await warmed(hermes)
+    hermes.danger_dir.mkdir(parents=True, exist_ok=True)
+    text = f"Please run DANGER now {secrets.token_hex(4)}"
+    await deployment.start()
+    before = await deployment.client()
+    conversation_id, run_id = await started_run(before, text)
+    asked = await before.expect("approval.request", FIRST_DELTA_TIMEOUT_S, run_id=run_id)
+    assert "rm -rf" in asked["command"]
+
+    await deployment.stop(signal.SIGKILL)
+    assert deployment.server.process.returncode == -signal.SIGKILL
+    await before.closed()
+    await deployment.start()
+
+    after = await deployment.client()
+    snapshot = await opened(after, conversation_id)
+    assert snapshot["run"] is not None, snapshot
+    assert snapshot["run"]["run_id"] == run_id
+    assert snapshot["run"]["status"] == "waiting_for_approval"
+    assert [a["approval_id"] for a in snapshot["approvals"]] == [asked["approval_id"]]
+    assert snapshot["approvals"][0]["command"] == asked["command"]
+    assert snapshot["approvals"][0]["choices"] == asked["choices"]
+    assert hermes.danger_dir.exists()  # nothing ran without the answer
+
+    resolved = await after.request(
+        "approval.respond", "approval.resolved", timeout=20, approval_id=asked["approval_id"], choice="once"
+    )
+    assert resolved["type"] == "approval.resolved", resolved
+    assert resolved["accepted"] is True, resolved
+    # The command (a fresh terminal environment: ~5 s) and the agent's answer to its result.
+    complete = await after.arrived("message.complete", APPROVED_RUN_TIMEOUT_S, message_id=f"draft-{run_id}")
+    finished = await after.arrived("run.finished", 10, run_id=run_id)
+    assert finished["status"] == "completed", finished
+    assert complete["text"].startswith(TOOL_DONE), complete  # the agent got the command's result back
+    assert "BLOCKED" not in complete["text"], complete
+    assert '"exit_code": 0' in complete["text"], complete
+    assert not hermes.danger_dir.exists()  # approved: the command really ran
+    assert len(after.seen("run.finished", run_id=run_id)) == 1
+    again = await after.request(
+        "approval.respond", "approval.resolved", approval_id=asked["approval_id"], choice="once"
+    )
+    assert again["type"] == "error", again
+    assert again["error"]["code"] == "approval_not_found", again
+    assert deployment.journaled_runs() == 0
+
+
+# --- the session gateways ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("gateway", GATEWAYS)
+@pytest.mark.parametrize("signum", SIGNALS)
+async def test_a_run_stopped_mid_stream_goes_on_and_ends_once_with_the_whole_answer(
+    deployments: Callable[..., Deployment],
+    request: pytest.FixtureRequest,
+    gateway: str,
+    signum: signal.Signals,
+) -> None:
+    hermes: RealHermes = request.getfixturevalue(gateway)
+    await handed_over_slow_run(deployments(hermes), signum, resumes=gateway == "real_hermes_next")
+
+
+# A defect of the server, found by this test (not patched here): on 0.19.0 the re-attached reader reopens
+# `GET /v1/runs/{id}/events`. With an approval pending the old process's stream was quiet, so the gateway's
+# handler for it has not yet noticed its client died (it only does on a write: the next event, or a keepalive
+# after 30 s) and the run's event queue is still there: the new request subscribes to it as a second consumer.
+# The answer's first event goes to the old handler (it waited first), whose write fails and whose `finally`
+# drops the queue; every later event, `run.completed` too, is dropped, and the new stream only sees
+# keepalives. `watch_stream` polls `GET /v1/runs/{id}` every second but returns only when Hermes is gone,
+# not when it says the run ended: the run stays active on the server although Hermes completed it.
+ONE_CONSUMER_DEFECT: Final = (
+    "0.19.0: the re-attached reader joins the old, quiet stream's queue as a second consumer and never "
+    "hears run.completed; watch_stream ignores the terminal status GET /v1/runs/{id} reports"
+)
+APPROVAL_GATEWAYS: Final = [
+    pytest.param(
+        "real_hermes",
+        id="0.19.0",
+        marks=[pytest.mark.xdist_group("hermes"), pytest.mark.xfail(strict=True, reason=ONE_CONSUMER_DEFECT)],
+    ),
+    GATEWAYS[1],
+]
+
+
+@pytest.mark.parametrize("gateway", APPROVAL_GATEWAYS)
+async def test_an_approval_pending_at_a_kill_stays_pending_and_is_answered_once(
+    deployments: Callable[..., Deployment], request: pytest.FixtureRequest, gateway: str
+) -> None:
+    hermes: RealHermes = request.getfixturevalue(gateway)
+    await approval_pending_at_a_kill(deployments(hermes))
+
+
+# --- with the companion plugin (a gateway of its own) --------------------------------------------------------
+
+
+@pytest.fixture
+def plugin_gateway(hermes_venv: Path, tmp_path: Path) -> Iterator[tuple[RealHermes, int]]:
+    """A 0.19.0 gateway with the companion plugin installed, pointed at a port the server will take."""
+    port = free_port()
+    data_dir = tmp_path / "plugin-deployment" / "data"
+
+    def install(home: Path) -> None:
+        argv = ["--data-dir", str(data_dir), "hermes", "install-plugin", "--home", str(home)]
+        assert pheby_main([*argv, "--server-url", f"http://127.0.0.1:{port}"]) == 0
+
+    with hermes_gateway(tmp_path / "plugin-gateway", hermes=hermes_venv, before_start=install) as hermes:
+        yield hermes, port
+
+
+async def plugin_live(server: ServerProcess, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    plugin: dict[str, Any] = {}
+    async with httpx.AsyncClient(base_url=server.base_url, headers={"Authorization": f"Bearer {SECRET}"}) as http:
+        while time.monotonic() < deadline:
+            body = (await http.get("/api/capabilities", timeout=5)).json()
+            plugin = body["capabilities"].get("plugin", {})
+            if plugin.get("live"):
+                return
+            await asyncio.sleep(0.2)
+    raise AssertionError(f"the plugin never became live: {plugin}")
+
+
+@pytest.mark.xdist_group("hermes-handover-plugin")
+async def test_with_the_plugin_a_killed_servers_run_ends_once(
+    deployments: Callable[..., Deployment], plugin_gateway: tuple[RealHermes, int], tmp_path: Path
+) -> None:
+    hermes, port = plugin_gateway
+    deployment = deployments(hermes, port, "plugin-deployment")
+    assert deployment.data_dir == tmp_path / "plugin-deployment" / "data"  # where the plugin's secret went
+    # Each process is seen to have the plugin live (its handshake reached the gateway) before a client connects.
+    await handed_over_slow_run(deployment, signal.SIGKILL, resumes=False, on_start=plugin_live)
