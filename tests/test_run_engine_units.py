@@ -295,9 +295,24 @@ async def test_a_quiet_stream_is_watched_and_a_silent_hermes_noticed() -> None:
     def quiet_since() -> float | None:
         return 0.0  # the reader has waited for an event since the start
 
-    await watch_stream(client, "h", quiet_since, RecoveryTiming(), clock=lambda: now[0], sleep=sleep)  # type: ignore[arg-type]
+    gone = await watch_stream(client, "h", quiet_since, RecoveryTiming(), clock=lambda: now[0], sleep=sleep)  # type: ignore[arg-type]
+    assert gone is True
     last_answer = 11.0  # the 10th status request, at t = 2 + 9 s
     assert 5.0 <= now[0] - last_answer <= 7.0
+
+
+async def test_a_quiet_stream_of_a_run_hermes_says_ended_is_left_for_its_status() -> None:
+    """0.19.0 after a restart: a second reader of a run's stream gets nothing once the first, dead, one took the
+    next event, though Hermes says the run completed. The watch ends on that word, not only on silence."""
+    now = [0.0]
+    client = StatusClient(["waiting_for_approval"] * 3 + ["completed"], now)
+
+    async def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    gone = await watch_stream(client, "h", lambda: 0.0, RecoveryTiming(), clock=lambda: now[0], sleep=sleep)  # type: ignore[arg-type]
+    assert gone is False
+    assert client.calls == 4
 
 
 async def test_a_busy_stream_is_left_alone() -> None:

@@ -309,29 +309,7 @@ async def test_a_run_stopped_mid_stream_goes_on_and_ends_once_with_the_whole_ans
     await handed_over_slow_run(deployments(hermes), signum, resumes=gateway == "real_hermes_next")
 
 
-# A defect of the server, found by this test (not patched here): on 0.19.0 the re-attached reader reopens
-# `GET /v1/runs/{id}/events`. With an approval pending the old process's stream was quiet, so the gateway's
-# handler for it has not yet noticed its client died (it only does on a write: the next event, or a keepalive
-# after 30 s) and the run's event queue is still there: the new request subscribes to it as a second consumer.
-# The answer's first event goes to the old handler (it waited first), whose write fails and whose `finally`
-# drops the queue; every later event, `run.completed` too, is dropped, and the new stream only sees
-# keepalives. `watch_stream` polls `GET /v1/runs/{id}` every second but returns only when Hermes is gone,
-# not when it says the run ended: the run stays active on the server although Hermes completed it.
-ONE_CONSUMER_DEFECT: Final = (
-    "0.19.0: the re-attached reader joins the old, quiet stream's queue as a second consumer and never "
-    "hears run.completed; watch_stream ignores the terminal status GET /v1/runs/{id} reports"
-)
-APPROVAL_GATEWAYS: Final = [
-    pytest.param(
-        "real_hermes",
-        id="0.19.0",
-        marks=[pytest.mark.xdist_group("hermes"), pytest.mark.xfail(strict=True, reason=ONE_CONSUMER_DEFECT)],
-    ),
-    GATEWAYS[1],
-]
-
-
-@pytest.mark.parametrize("gateway", APPROVAL_GATEWAYS)
+@pytest.mark.parametrize("gateway", GATEWAYS)
 async def test_an_approval_pending_at_a_kill_stays_pending_and_is_answered_once(
     deployments: Callable[..., Deployment], request: pytest.FixtureRequest, gateway: str
 ) -> None:

@@ -168,19 +168,27 @@ async def test_no_write_lands_after_the_run_ended_nor_over_a_newer_one(setup: Se
     assert record.streamed == ""
 
 
-async def test_progress_writes_at_most_once_a_checkpoint_interval(setup: Setup) -> None:
+async def test_progress_writes_at_the_first_numbered_event_then_once_a_checkpoint_interval(setup: Setup) -> None:
     run = setup.run()
     await setup.journal.admitted(run)
     run.view.streamed.add("first")
-    run.position = 1
-    setup.journal.progress(run)  # too soon after the admission: nothing
+    setup.journal.progress(run)  # too soon after the admission, and no numbered event yet: nothing
     await asyncio.sleep(0.05)
-    assert (await setup.journal.load())[0].position is None
+    assert (await setup.journal.load())[0].streamed == ""
+    run.position = 0  # the gateway numbers its events: a restart can reopen the stream, so say so at once
+    setup.journal.progress(run)
+    await asyncio.sleep(0.05)
+    assert (await setup.journal.load())[0].position == 0
+    run.view.streamed.add(" second")
+    run.position = 1
+    setup.journal.progress(run)  # within the interval: nothing
+    await asyncio.sleep(0.05)
+    assert (await setup.journal.load())[0].position == 0
     setup.clock.now += 2.0
     setup.journal.progress(run)
     await asyncio.sleep(0.05)
     record = (await setup.journal.load())[0]
-    assert (record.position, record.streamed) == (1, "first")
+    assert (record.position, record.streamed) == (1, "first second")
 
 
 async def test_an_unreadable_entry_is_dropped_and_the_rest_read(setup: Setup) -> None:

@@ -393,8 +393,11 @@ class RunManager:
 
     async def _read(self, run: ActiveRun) -> None:
         contact = Contact()  # one window of failures to answer, across the stream's resumption and `settle`
+        # A run carried on from the journal whose gateway numbered none of its events has no stream to resume:
+        # reopening one (0.19.0) would make a second reader of a queue whose first, dead one takes the next event.
+        resumable = not run.reattached or run.position is not None
         try:
-            if await self._follow(run, contact):
+            if resumable and await self._follow(run, contact):
                 await self._lost(run)
             elif not run.finished.is_set():
                 await self._recover(run, contact)
@@ -452,7 +455,9 @@ class RunManager:
         try:
             await asyncio.wait((consumer, watchdog), return_when=asyncio.FIRST_COMPLETED)
         finally:
-            silent = watchdog.done() and not consumer.done()
+            # The watchdog ends when Hermes is gone (silent), or when it says the run ended though its stream
+            # never did: then `_recover` takes the end from Hermes.
+            silent = watchdog.done() and not consumer.done() and not watchdog.cancelled() and watchdog.result()
             for task in (consumer, watchdog):
                 task.cancel()
             await asyncio.gather(consumer, watchdog, return_exceptions=True)

@@ -84,6 +84,7 @@ class _Entry:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     revision: int = 0
     saved_at: float = 0.0
+    positioned: bool = False  # a position was written: the gateway numbers the run's events
     closed: bool = False
 
 
@@ -106,12 +107,16 @@ class RunJournal:
 
     def adopt(self, run: ActiveRun) -> None:
         """A run read back from the journal is journaled again from here."""
-        self._entries[run.run_id] = _Entry(saved_at=self._clock())
+        self._entries[run.run_id] = _Entry(saved_at=self._clock(), positioned=run.position is not None)
 
     def progress(self, run: ActiveRun) -> None:
-        """The run read on: write where it is, in the background, if the last write is old enough."""
+        """The run read on: write where it is, in the background, if the last write is old enough, or at the
+        first numbered event (from then on a restart can reopen the stream rather than poll the run's status)."""
         entry = self._entries.get(run.run_id)
-        if entry is None or entry.lock.locked() or self._clock() - entry.saved_at < self._every:
+        if entry is None or entry.lock.locked():
+            return
+        first_position = run.position is not None and not entry.positioned
+        if not first_position and self._clock() - entry.saved_at < self._every:
             return
         entry.saved_at = self._clock()
         self._spawn(self.save(run))
@@ -152,6 +157,7 @@ class RunJournal:
                 return
             entry.revision += 1
             row = _row(run, entry.revision)  # taken in one step: the text and the position agree
+            entry.positioned = run.position is not None
             await self._quiet_write(run.run_id, what, lambda conn: fn(conn, row))
 
     # --- decisions -------------------------------------------------------------------------

@@ -32,6 +32,7 @@ import hermes_client as hc
 log = logging.getLogger("pheby.runs")
 
 LOST_ERROR: Final = "Lost contact with Hermes; the run was stopped"
+TERMINAL_STATUSES: Final = frozenset({"completed", "failed", "cancelled", "interrupted"})
 
 
 class RecoveryTiming(NamedTuple):
@@ -267,9 +268,11 @@ async def watch_stream(
     *,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-) -> None:
+) -> bool:
     """Return once Hermes is gone while the stream is quiet (`quiet_since`: since when the reader
-    waits for an event, None while it handles one); never returns while Hermes answers."""
+    waits for an event, None while it handles one): True; or once Hermes says the run ended while its
+    stream stays quiet (a stream that will never say so): False. Never returns while Hermes answers that
+    the run goes on."""
     last_life = clock()
     while True:
         await sleep(timing.watch_interval)
@@ -280,13 +283,16 @@ async def watch_stream(
             continue
         last_life = max(last_life, quiet)
         try:
-            await asyncio.wait_for(client.get_run(hermes_run_id), timing.poll_timeout)
+            status = await asyncio.wait_for(client.get_run(hermes_run_id), timing.poll_timeout)
         except hc.HermesNotFound:
             log.warning("run %s: Hermes no longer knows it while its stream is open", hermes_run_id)
-            return
+            return True
         except (hc.HermesError, TimeoutError):
             if clock() - last_life >= timing.unreachable_for:
                 log.warning("run %s: its stream and Hermes silent for %.1f s", hermes_run_id, clock() - last_life)
-                return
+                return True
         else:
             last_life = clock()
+            if status.status in TERMINAL_STATUSES:
+                log.warning("run %s: Hermes says it ended (%s) while its stream is quiet", hermes_run_id, status.status)
+                return False

@@ -18,10 +18,10 @@ from collections.abc import Callable
 from typing import Final, Literal
 
 from pheby.protocol import frames as ev
+from pheby.runs.reader import TERMINAL_STATUSES
 
 CONFIRM_SECONDS: Final = 1.0
 WAITING: Final = "waiting_for_approval"
-TERMINAL: Final = frozenset({"completed", "failed", "cancelled", "interrupted"})
 UNSEEN_COMMAND: Final = "(not seen)"
 UNSEEN_DESCRIPTION: Final = (
     "The agent asked for an approval while the server was not reading its run, so what it wants to run "
@@ -39,7 +39,7 @@ class UnseenApprovals:
 
     def seen(self, status: str, *, approval_waiting: bool) -> Verdict:
         """What one status means, given whether an approval of the run waits for a client here."""
-        if status in TERMINAL:
+        if status in TERMINAL_STATUSES:
             return None
         if status != WAITING:
             self._waiting_since = None
