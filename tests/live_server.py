@@ -4,6 +4,7 @@ The server runs in a background thread of the test process (its own event loop),
 same `build_uvicorn_config` that `pheby serve` uses, and is stopped at the end of the test.
 """
 
+import asyncio
 import socket
 import threading
 import time
@@ -151,3 +152,17 @@ async def opened() -> AsyncIterator[list[PhebyClient]]:
     for client in clients:
         if client.ws.close_code is None:
             await client.close()
+
+
+async def stopped(server: LiveServer) -> None:
+    """Stop a live server gracefully (as SIGTERM does) and wait, bounded, until its port refuses connections."""
+    server.server.should_exit = True
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            _, writer = await asyncio.open_connection(server.settings.host, server.settings.port)
+        except OSError:
+            return
+        writer.close()
+        await asyncio.sleep(0.05)
+    raise AssertionError("the server did not stop")

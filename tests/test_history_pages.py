@@ -14,7 +14,7 @@ import pytest
 
 from demo_hermes import DemoHermesServer
 from pheby.settings import Settings
-from tests.live_server import LiveServer, hermes_settings
+from tests.live_server import LiveServer, hermes_settings, stopped
 from tests.tcp_proxy import TcpProxy
 from tests.test_ws_e2e import new_conversation, of_types, run_to_end
 from tests.ws_client import Frame, PhebyClient
@@ -156,3 +156,36 @@ async def test_a_run_in_a_conversation_the_log_holds_is_sent_its_history_without
     assert ("GET", f"/api/sessions/pheby_{conversation_id}/messages") not in since[:made], since
     echo = of_types(frames, "message.complete")[0]["text"]
     assert "history=4" in echo.replace(" ", "")  # both earlier turns went with the run
+
+
+async def test_after_a_restart_an_unchanged_conversation_is_opened_from_the_log(
+    start_live_server: Callable[[Settings], LiveServer],
+    live_settings: Callable[..., Settings],
+    hermes: DemoHermesServer,
+    proxy: TcpProxy,
+) -> None:
+    """The states at which the log matched Hermes are kept in the database: a restart reads no transcript again
+    (a reconnect storm after a deploy would read every conversation whole)."""
+    settings = live_settings(
+        **{**hermes_settings(hermes), "hermes_url": proxy.url, "hermes_dashboard_url": proxy.url},
+        media_roots=(hermes.media_dir,),
+    )
+    server = start_live_server(settings)
+    async with await PhebyClient.connect(server.ws_url, server.secret) as client:
+        conversation_id = await new_conversation(client)
+        for text in ("one", "two"):
+            assert (await run_to_end(client, conversation_id, text))[-1]["status"] == "completed"
+        await logged_after_its_run(proxy, conversation_id)
+        before = await open_page(client, conversation_id)
+    await stopped(server)
+
+    reads = transcript_reads(proxy, conversation_id)
+    server = start_live_server(settings)
+    async with await PhebyClient.connect(server.ws_url, server.secret) as client:
+        after = await open_page(client, conversation_id)
+        assert after["messages"] == before["messages"]
+        assert transcript_reads(proxy, conversation_id) == reads  # from the log
+        assert (await run_to_end(client, conversation_id, "three"))[-1]["status"] == "completed"
+        await logged_after_its_run(proxy, conversation_id)
+        changed = await open_page(client, conversation_id)
+        assert texts(changed)[-2:] == [("user", "three"), ("assistant", "You said: three")]

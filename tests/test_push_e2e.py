@@ -20,7 +20,7 @@ from pheby.push.vapid import subject_of
 from pheby.settings import Settings
 from tests.conftest import TEST_NAMES
 from tests.demo_hermes_server import client_for
-from tests.live_server import LiveServer, hermes_settings
+from tests.live_server import LiveServer, hermes_settings, stopped
 from tests.polling import until
 from tests.push_service import BrowserSubscription, PushService, Received, RecordingListener
 from tests.test_media_isolation import add_account
@@ -127,20 +127,6 @@ async def test_a_decision_pushed_before_a_restart_is_not_pushed_again_by_the_nex
         assert resolved["type"] == "approval.resolved", resolved
         await phone.arrived("run.finished", run_id=run_id)
         await phone.close()
-
-
-async def stopped(server: LiveServer) -> None:
-    """Stop a live server gracefully (as SIGTERM does) and wait, bounded, until its port refuses connections."""
-    server.server.should_exit = True
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            _, writer = await asyncio.open_connection(server.settings.host, server.settings.port)
-        except OSError:
-            return
-        writer.close()
-        await asyncio.sleep(0.05)
-    raise AssertionError("the server did not stop")
 
 
 async def test_an_approval_reaches_a_background_account_and_is_answered_from_the_notification(

@@ -480,6 +480,13 @@ def rows(hermes_url: str, bob_job: str, owner_job: str) -> list[Row]:
         # never made it, so the upgraded server ends it (failed) once Hermes says it knows no such run.
         ("active_runs", FIXTURE_RUN),
         ("run_decisions", FIXTURE_DECISION),
+        # The state of Groceries' session at which its log matched Hermes. The fixture's Hermes holds other
+        # sessions, so the upgraded server finds the state changed and reads the transcript, as it must.
+        (
+            "history_sync",
+            {"conversation_id": GROCERIES_ID, "state": json.dumps([["sess_fixture_groceries", 2, 10, 20, None, None]])}
+            | {"resolved": "[]"},
+        ),
     ]
     return accounts + credentials + conversations + files + artifacts + later
 

@@ -8,8 +8,9 @@ seen to hold exactly what history shows: the log is "in sync" at that state. A `
 asks Hermes for the state; unchanged, its page comes from the log (one indexed query, whatever the
 conversation's length); changed (a turn of a run, one added behind the server's back, a compaction, a
 session added or resolved to a continuation), the transcript is read once, the log brought up to
-date, and the new state remembered if the log then matches. Nothing is cached but the states (a
-bounded number of small tuples), so a restart costs one full read per conversation.
+date, and the new state remembered if the log then matches. The states are kept in the database too (table
+history_sync) and recalled the first time a conversation is asked for (memory holds a bounded number of
+them), so a restart costs no full read of a conversation Hermes has not changed meanwhile.
 
 The same read keeps the text turns Hermes lists, as it stored them (`Conversations.log_transcript`,
 table transcript_turns): a run is sent them as its history (`turns_before_run`), from the table
@@ -21,6 +22,8 @@ import sqlite3
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Final
+
+import msgspec
 
 import hermes_client as hc
 from pheby.db import Database
@@ -50,6 +53,7 @@ class HistoryPages:
         self._states_max = states_max
         self._synced: OrderedDict[str, SyncState] = OrderedDict()  # conversation id → state the log matches
         self._resolved: dict[str, tuple[str, ...]] = {}  # sessions a transcript read resolved to, beyond its own
+        self._recalled: OrderedDict[str, None] = OrderedDict()  # conversations whose kept state memory holds
         self.full_reads = 0  # transcripts read whole (for tests and benches)
 
     async def window(
@@ -69,6 +73,7 @@ class HistoryPages:
         for snapshots may have: so that merge finds its turn); `both_ways` (a page around or after the
         cursor), the `limit` + 1 after it and every one after `newer_than` too. Else the whole history.
         Raises `HermesError` when Hermes can't be asked."""
+        await self._recall(conversation.id)
         state = await self._state(client, conversation)
         cursor = _cursor_number(before_message_id)
         if self._synced.get(conversation.id) == state and cursor != -1:
@@ -81,6 +86,7 @@ class HistoryPages:
     async def turns_before_run(self, client: hc.HermesClient, conversation: Conversation) -> list[TranscriptTurn]:
         """The text turns Hermes lists now, oldest first (a run's history): kept ones when in sync, else
         read whole, which also logs the history (before the run can compact it away). Raises `HermesError`."""
+        await self._recall(conversation.id)
         state = await self._state(client, conversation)
         if self._synced.get(conversation.id) == state:
             self._synced.move_to_end(conversation.id)
@@ -117,6 +123,7 @@ class HistoryPages:
         """Read the whole transcript, log what history shows of it, and remember the sessions' state if
         the log then matches (the after-turn work of a run: the next `conversation.open` reads the log).
         Raises `HermesError` and `sqlite3.Error`."""
+        await self._recall(conversation.id)
         return await self._read_and_log(client, conversation, await self._state(client, conversation), strict=True)
 
     async def _read_whole(
@@ -136,7 +143,6 @@ class HistoryPages:
         resolved = tuple(sorted({m.session_id for m in stored if m.session_id and m.session_id not in known}))
         if resolved:  # a continuation: its state is asked for from now on, and the log is synced next time
             self._resolved[conversation.id] = (*self._resolved.get(conversation.id, ()), *resolved)
-            self._resolved = dict(list(self._resolved.items())[-self._states_max :])
         try:
             await self._conversations.log_transcript(conversation.id, shown, text_turns(stored))
             logged = await self._conversations.logged_history(conversation.id)
@@ -145,15 +151,54 @@ class HistoryPages:
                 raise
             return stored, shown
         if resolved:
-            return stored, shown
-        if _same_messages(logged, shown):
+            self._synced.pop(conversation.id, None)
+        elif _same_messages(logged, shown):
             self._synced[conversation.id] = state
             self._synced.move_to_end(conversation.id)
-            while len(self._synced) > self._states_max:
-                self._synced.popitem(last=False)
         else:
             self._synced.pop(conversation.id, None)
+        with contextlib.suppress(sqlite3.Error):  # unkept, it is only read again after a restart
+            await self._keep(conversation.id)
         return stored, shown
+
+    async def _recall(self, conversation_id: str) -> None:
+        """Bring the conversation's kept state into memory (the first time it is asked for, or again after
+        memory let it go); memory keeps the `states_max` conversations asked for last."""
+        if conversation_id in self._recalled:
+            self._recalled.move_to_end(conversation_id)
+            return
+        with contextlib.suppress(sqlite3.Error):  # unreadable: as if never in sync
+            row = await self._db.run(
+                lambda conn: conn.execute(
+                    "SELECT state, resolved FROM history_sync WHERE conversation_id = ?", (conversation_id,)
+                ).fetchone()
+            )
+            if row is not None:
+                if row[0] is not None:
+                    self._synced[conversation_id] = _decode_state(row[0])
+                resolved = tuple(msgspec.json.decode(row[1], type=list[str]))
+                if resolved:
+                    self._resolved[conversation_id] = resolved
+        self._recalled[conversation_id] = None
+        while len(self._recalled) > self._states_max:
+            gone, _ = self._recalled.popitem(last=False)
+            self._synced.pop(gone, None)
+            self._resolved.pop(gone, None)
+
+    async def _keep(self, conversation_id: str) -> None:
+        state = self._synced.get(conversation_id)
+        row = (
+            conversation_id,
+            None if state is None else msgspec.json.encode(state).decode(),
+            msgspec.json.encode(self._resolved.get(conversation_id, ())).decode(),
+        )
+        await self._db.run(
+            lambda conn: conn.execute(
+                "INSERT INTO history_sync (conversation_id, state, resolved) VALUES (?, ?, ?) "
+                "ON CONFLICT (conversation_id) DO UPDATE SET state = excluded.state, resolved = excluded.resolved",
+                row,
+            )
+        )
 
     async def _logged_window(
         self, conversation_id: str, limit: int, cursor: int | None, newer_than: int | None, both_ways: bool
@@ -192,6 +237,10 @@ class HistoryPages:
         if rows is None:
             return None
         return [HistoryMessage(message_id=f"m{r[0]}", role=r[1], text=r[2], ts=r[3]) for r in rows]  # type: ignore[arg-type]
+
+
+def _decode_state(text: str) -> SyncState:
+    return tuple(msgspec.json.decode(text, type=list[SessionState]))
 
 
 def _same_messages(logged: Sequence[HistoryMessage], shown: Sequence[HistoryMessage]) -> bool:
