@@ -1,16 +1,20 @@
 """Pheby Web (the browser client at `/`) in a real headless Chromium against a live server on the
 demo Hermes: sign-in, streaming, tools, decisions, files, stop, reconnect, sync, safety, layout."""
 
+import asyncio
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import pytest
 from playwright.sync_api import Browser, expect
 
+from demo_hermes import DemoHermesServer
 from pheby.protocol.frames import MessageComplete
 from pheby.settings import Settings
 from tests.browser import WebPage, drop_all_sockets, on_server_loop, open_page
+from tests.demo_hermes_server import client_for
 from tests.live_server import LiveServer
 
 pytestmark = [pytest.mark.live, pytest.mark.xdist_group("browser")]
@@ -359,6 +363,22 @@ def test_yolo_shows_a_warning_on_every_tab_and_skips_the_approval(web: WebPage, 
     second.assert_no_console_errors()
 
 
+@pytest.fixture
+def demo_model_restored(demo_hermes: DemoHermesServer) -> Iterator[None]:
+    """The test sets the shared demo Hermes's model and effort for every conversation: they are put back
+    after it, passed or failed, so no later test of the session finds them changed."""
+    yield
+
+    async def restore() -> None:
+        async with client_for(demo_hermes) as client:
+            await client.set_model("demo", "demo-model")
+            await client.put_config({"agent": {"reasoning_effort": "medium"}})
+
+    with ThreadPoolExecutor(1) as thread:  # Playwright's loop runs in this thread
+        thread.submit(asyncio.run, restore()).result(timeout=30)
+
+
+@pytest.mark.usefixtures("demo_model_restored")
 def test_model_and_reasoning_pickers_show_what_the_server_says(web: WebPage) -> None:
     web.sign_in().new_chat()
     web.page.get_by_role("button", name="Model and reasoning").click()
