@@ -8,13 +8,20 @@ records every request: the transcript reads (`GET /api/sessions/{id}/messages`) 
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+import hermes_client as hc
 from demo_hermes import DemoHermesServer
+from pheby.db import Database
+from pheby.hermes.history_pages import HERMES_READS_AT_ONCE, HistoryPages
 from pheby.settings import Settings
+from pheby.store.accounts import Accounts
+from pheby.store.conversations import Conversations
 from tests.live_server import LiveServer, hermes_settings, stopped
+from tests.polling import until
 from tests.tcp_proxy import TcpProxy
 from tests.test_ws_e2e import new_conversation, of_types, run_to_end
 from tests.ws_client import Frame, PhebyClient
@@ -189,3 +196,49 @@ async def test_after_a_restart_an_unchanged_conversation_is_opened_from_the_log(
         await logged_after_its_run(proxy, conversation_id)
         changed = await open_page(client, conversation_id)
         assert texts(changed)[-2:] == [("user", "three"), ("assistant", "You said: three")]
+
+
+class HeldHermes:
+    """Session reads that wait until released, counting how many are under way at once."""
+
+    def __init__(self) -> None:
+        self.under_way = 0
+        self.most = 0
+        self.release = asyncio.Event()
+
+    async def get_session(self, session_id: str) -> hc.Session:
+        self.under_way += 1
+        self.most = max(self.most, self.under_way)
+        try:
+            await self.release.wait()
+            return hc.Session(id=session_id, message_count=0)
+        finally:
+            self.under_way -= 1
+
+    async def session_messages(self, session_id: str) -> list[hc.SessionMessage]:
+        return []
+
+
+async def test_a_storm_of_opens_reads_hermes_a_bounded_number_at_once(tmp_path: Path) -> None:
+    """Every client of a restarted server opening its conversations at once: history's reads of Hermes queue
+    here, so the connections the runs' own requests need stay free."""
+    db = Database(tmp_path / "pheby.sqlite3")
+    await db.open()
+    try:
+        owner = await Accounts(db).ensure_owner()
+        conversations = Conversations(db)
+        pages = HistoryPages(db, conversations)
+        opened = []
+        for i in range(3 * HERMES_READS_AT_ONCE):
+            made = await conversations.create(owner.id, f"c{i}")
+            await conversations.add_session(made.id, f"pheby_{made.id}")
+            opened.append(await conversations.get(owner.id, made.id))
+        hermes = HeldHermes()
+        storm = [asyncio.create_task(pages.window(hermes, c, 50, None, None)) for c in opened]  # type: ignore[arg-type]
+        await until(lambda: hermes.under_way == HERMES_READS_AT_ONCE, "the first reads under way")
+        await asyncio.sleep(0.05)
+        assert hermes.most == HERMES_READS_AT_ONCE
+        hermes.release.set()
+        assert all(window == [] for window in await asyncio.gather(*storm))
+    finally:
+        await db.close()

@@ -17,6 +17,7 @@ table transcript_turns): a run is sent them as its history (`turns_before_run`),
 while the log is in sync, so a run doesn't read the whole transcript either.
 """
 
+import asyncio
 import contextlib
 import sqlite3
 from collections import OrderedDict
@@ -32,6 +33,10 @@ from pheby.protocol.frames import HistoryMessage
 from pheby.store.conversations import Conversation, Conversations, TranscriptTurn
 
 SYNC_STATES_MAX: Final = 10_000  # conversations whose in-sync state is remembered (least recently opened go)
+# History's reads of Hermes under way at once; the rest wait their turn here. A reconnect storm (every client
+# of a restarted server opening its conversations) must not take every connection of the client's pool to
+# Hermes, which the runs' own requests (status, answers, stops) need: starved, a run is taken for lost.
+HERMES_READS_AT_ONCE: Final = 16
 
 # A session's id, message count, tokens in and out, end time and reason (None: the session is gone).
 SessionState = tuple[str, int | None, int, int, float | None, str | None]
@@ -55,6 +60,7 @@ class HistoryPages:
         self._resolved: dict[str, tuple[str, ...]] = {}  # sessions a transcript read resolved to, beyond its own
         self._recalled: OrderedDict[str, None] = OrderedDict()  # conversations whose kept state memory holds
         self.full_reads = 0  # transcripts read whole (for tests and benches)
+        self._hermes_reads = asyncio.Semaphore(HERMES_READS_AT_ONCE)
 
     async def window(
         self,
@@ -74,26 +80,28 @@ class HistoryPages:
         cursor), the `limit` + 1 after it and every one after `newer_than` too. Else the whole history.
         Raises `HermesError` when Hermes can't be asked."""
         await self._recall(conversation.id)
-        state = await self._state(client, conversation)
-        cursor = _cursor_number(before_message_id)
-        if self._synced.get(conversation.id) == state and cursor != -1:
-            self._synced.move_to_end(conversation.id)
-            logged = await self._logged_window(conversation.id, limit, cursor, newer_than, both_ways)
-            if logged is not None:
-                return logged
-        return await self._read_whole(client, conversation, state)
+        async with self._hermes_reads:
+            state = await self._state(client, conversation)
+            cursor = _cursor_number(before_message_id)
+            if self._synced.get(conversation.id) == state and cursor != -1:
+                self._synced.move_to_end(conversation.id)
+                logged = await self._logged_window(conversation.id, limit, cursor, newer_than, both_ways)
+                if logged is not None:
+                    return logged
+            return await self._read_whole(client, conversation, state)
 
     async def turns_before_run(self, client: hc.HermesClient, conversation: Conversation) -> list[TranscriptTurn]:
         """The text turns Hermes lists now, oldest first (a run's history): kept ones when in sync, else
         read whole, which also logs the history (before the run can compact it away). Raises `HermesError`."""
         await self._recall(conversation.id)
-        state = await self._state(client, conversation)
-        if self._synced.get(conversation.id) == state:
-            self._synced.move_to_end(conversation.id)
-            with contextlib.suppress(sqlite3.Error):  # else Hermes is read instead
-                return await self._conversations.transcript_turns(conversation.id)
-        stored, _ = await self._read_and_log(client, conversation, state, strict=False)
-        return text_turns(stored)
+        async with self._hermes_reads:
+            state = await self._state(client, conversation)
+            if self._synced.get(conversation.id) == state:
+                self._synced.move_to_end(conversation.id)
+                with contextlib.suppress(sqlite3.Error):  # else Hermes is read instead
+                    return await self._conversations.transcript_turns(conversation.id)
+            stored, _ = await self._read_and_log(client, conversation, state, strict=False)
+            return text_turns(stored)
 
     async def _state(self, client: hc.HermesClient, conversation: Conversation) -> SyncState:
         session_ids = list(conversation.session_ids)
@@ -124,7 +132,8 @@ class HistoryPages:
         the log then matches (the after-turn work of a run: the next `conversation.open` reads the log).
         Raises `HermesError` and `sqlite3.Error`."""
         await self._recall(conversation.id)
-        return await self._read_and_log(client, conversation, await self._state(client, conversation), strict=True)
+        async with self._hermes_reads:
+            return await self._read_and_log(client, conversation, await self._state(client, conversation), strict=True)
 
     async def _read_whole(
         self, client: hc.HermesClient, conversation: Conversation, state: SyncState
