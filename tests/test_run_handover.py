@@ -10,102 +10,32 @@ decisions under their ids, and ends it exactly once with the agent's whole answe
 import asyncio
 import itertools
 import signal
-import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from tests.crash_safety import SECRET, ServerProcess
 from tests.demo_hermes_process import DemoHermesProcess
-from tests.live_server import free_port
+from tests.server_deployment import EXIT_SECONDS, Deployment, opened, started_run, texts
 from tests.ws_client import PhebyClient
 
 pytestmark = [pytest.mark.anyio, pytest.mark.live]
 
 LONG_TICKS = 200  # 10 s of text: still streaming after the restart however slow the machine
 SLOW_ANSWER = "".join(f"tick {i} " for i in range(LONG_TICKS)).strip()
-EXIT_SECONDS = 10.0
-METRICS_TOKEN = "handover-metrics-token-0123456789"
 GATEWAYS = [pytest.param((), id="one-consumer"), pytest.param(("--replay",), id="replay")]
-
-
-class Deployment:
-    """A demo Hermes process and the `pheby serve` processes started one after another on one data dir."""
-
-    def __init__(self, tmp_path: Path, hermes: DemoHermesProcess) -> None:
-        self.tmp_path = tmp_path
-        self.hermes = hermes
-        self.data_dir = tmp_path / "data"
-        self.servers: list[ServerProcess] = []
-        self.clients: list[PhebyClient] = []
-
-    @property
-    def server(self) -> ServerProcess:
-        return self.servers[-1]
-
-    async def start(self) -> ServerProcess:
-        server = self.spawn()
-        await server.wait_up()
-        return server
-
-    def spawn(self) -> ServerProcess:
-        """Start a server process, not waiting for it to be up."""
-        env = {"HERMES_URL": self.hermes.base_url, "HERMES_API_KEY": self.hermes.api_key}
-        env["PHEBY_METRICS_TOKEN"] = METRICS_TOKEN
-        log = self.tmp_path / f"server-{len(self.servers) + 1}.log"
-        server = ServerProcess(self.data_dir, free_port(), log, env_extra=env)
-        self.servers.append(server)
-        return server
-
-    async def client(self) -> PhebyClient:
-        client = await PhebyClient.connect(self.server.ws_url, SECRET)
-        self.clients.append(client)
-        return client
-
-    async def stop(self, signum: signal.Signals) -> float:
-        """Signal the server by its PID; the seconds until it exited."""
-        server = self.server
-        began = time.monotonic()
-        server.process.send_signal(signum)
-        await asyncio.to_thread(server.process.wait, EXIT_SECONDS)
-        return time.monotonic() - began
-
-    async def metric(self, name: str) -> float:
-        """A sample of the server's `/metrics` (0 when it has none yet)."""
-        async with httpx.AsyncClient(base_url=self.server.base_url, timeout=5) as http:
-            scraped = await http.get("/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"})
-        assert scraped.status_code == 200, scraped.text
-        for line in scraped.text.splitlines():
-            sample, _, value = line.rpartition(" ")
-            if sample == name:
-                return float(value)
-        return 0.0
-
-    def journaled_runs(self) -> int:
-        with sqlite3.connect(self.data_dir / "pheby.sqlite3") as conn:
-            count: int = conn.execute("SELECT count(*) FROM active_runs").fetchone()[0]
-            return count
-
-    async def close(self) -> None:
-        for client in self.clients:
-            if client.ws.close_code is None:
-                await client.close()
-        for server in self.servers:
-            server.stop()
 
 
 @pytest.fixture
 async def deployments(
     tmp_path: Path, make_demo_hermes_process: Callable[..., DemoHermesProcess]
-) -> AsyncIterator[Callable[..., Deployment]]:
+) -> AsyncIterator[Callable[..., Deployment[DemoHermesProcess]]]:
     """Make a deployment on a demo Hermes process with these flags; its servers and clients end with the test."""
-    made: list[Deployment] = []
+    made: list[Deployment[DemoHermesProcess]] = []
 
-    def make(*flags: str) -> Deployment:
+    def make(*flags: str) -> Deployment[DemoHermesProcess]:
         made.append(Deployment(tmp_path, make_demo_hermes_process("--delta-delay", "0.01", *flags)))
         return made[-1]
 
@@ -114,33 +44,14 @@ async def deployments(
         await deployment.close()
 
 
-async def started_run(client: PhebyClient, text: str) -> tuple[str, str]:
-    """A new conversation with a run of `text` under way: (conversation id, run id)."""
-    created = await client.request("conversation.create", "conversation.created", name="Long job")
-    conversation_id = created["conversation_id"]
-    accepted = await client.request("chat.send", "run.accepted", conversation_id=conversation_id, text=text)
-    assert accepted["type"] == "run.accepted", accepted
-    return conversation_id, accepted["run_id"]
-
-
-async def opened(client: PhebyClient, conversation_id: str) -> dict[str, Any]:
-    snapshot = await client.request("conversation.open", "conversation.history", conversation_id=conversation_id)
-    assert snapshot["type"] == "conversation.history", snapshot
-    return snapshot
-
-
 async def approve(client: PhebyClient, approval_id: str, choice: str) -> dict[str, Any]:
     return await client.request("approval.respond", "approval.resolved", approval_id=approval_id, choice=choice)
-
-
-def texts(client: PhebyClient, run_id: str) -> list[str]:
-    return [f["text"] for f in client.seen("message.delta") if f.get("message_id") == f"draft-{run_id}"]
 
 
 @pytest.mark.parametrize("gateway", GATEWAYS)
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "kill-9"])
 async def test_a_run_stopped_mid_stream_goes_on_and_ends_once_with_the_whole_answer(
-    deployments: Callable[..., Deployment], gateway: tuple[str, ...], signum: signal.Signals
+    deployments: Callable[..., Deployment[DemoHermesProcess]], gateway: tuple[str, ...], signum: signal.Signals
 ) -> None:
     deployment = deployments(*gateway)
     await deployment.start()
@@ -188,7 +99,7 @@ async def test_a_run_stopped_mid_stream_goes_on_and_ends_once_with_the_whole_ans
 
 @pytest.mark.parametrize("gateway", GATEWAYS)
 async def test_an_approval_pending_at_a_kill_stays_pending_and_is_answered_once(
-    deployments: Callable[..., Deployment], gateway: tuple[str, ...]
+    deployments: Callable[..., Deployment[DemoHermesProcess]], gateway: tuple[str, ...]
 ) -> None:
     deployment = deployments(*gateway)
     await deployment.start()
@@ -227,7 +138,7 @@ async def test_an_approval_pending_at_a_kill_stays_pending_and_is_answered_once(
 
 
 async def test_a_clarification_pending_at_a_kill_stays_pending_and_is_answered(
-    deployments: Callable[..., Deployment],
+    deployments: Callable[..., Deployment[DemoHermesProcess]],
 ) -> None:
     deployment = deployments()
     await deployment.start()
@@ -253,7 +164,7 @@ async def test_a_clarification_pending_at_a_kill_stays_pending_and_is_answered(
 
 
 async def test_an_approval_asked_while_no_server_ran_is_shown_and_can_only_be_denied(
-    deployments: Callable[..., Deployment],
+    deployments: Callable[..., Deployment[DemoHermesProcess]],
 ) -> None:
     deployment = deployments()  # one consumer: what was asked while nobody read the stream is gone with it
     await deployment.start()
@@ -286,7 +197,7 @@ async def test_an_approval_asked_while_no_server_ran_is_shown_and_can_only_be_de
 
 @pytest.mark.parametrize("gateway", GATEWAYS)
 async def test_a_run_that_ended_while_no_server_ran_is_settled_before_the_first_open(
-    deployments: Callable[..., Deployment], gateway: tuple[str, ...]
+    deployments: Callable[..., Deployment[DemoHermesProcess]], gateway: tuple[str, ...]
 ) -> None:
     deployment = deployments(*gateway)
     await deployment.start()
@@ -307,7 +218,7 @@ async def test_a_run_that_ended_while_no_server_ran_is_settled_before_the_first_
 
 
 async def test_a_run_hermes_forgot_while_no_server_ran_ends_failed(
-    deployments: Callable[..., Deployment], tmp_path: Path
+    deployments: Callable[..., Deployment[DemoHermesProcess]], tmp_path: Path
 ) -> None:
     deployment = deployments()
     await deployment.start()

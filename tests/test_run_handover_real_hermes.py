@@ -15,11 +15,9 @@ of its own (the plugin is pointed at the server's port before the gateway starts
 """
 
 import asyncio
-import contextlib
 import itertools
 import secrets
 import signal
-import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -32,12 +30,11 @@ from pheby.cli import main as pheby_main
 from tests.crash_safety import SECRET, ServerProcess
 from tests.live_server import free_port
 from tests.real_hermes import RealHermes, hermes_gateway
-from tests.ws_client import PhebyClient
+from tests.server_deployment import EXIT_SECONDS, Deployment, opened, started_run, texts
 
 pytestmark = [pytest.mark.anyio, pytest.mark.hermes, pytest.mark.live]
 
 SLOW_ANSWER: Final = "".join(f"tick {i} " for i in range(40)).strip()  # Hermes keeps the space, the server trims
-EXIT_SECONDS: Final = 10.0
 FIRST_DELTA_TIMEOUT_S: Final = 30.0
 RUN_TIMEOUT_S: Final = 40.0
 APPROVED_RUN_TIMEOUT_S: Final = 25.0
@@ -50,77 +47,22 @@ GATEWAYS: Final = [
 SIGNALS: Final = [pytest.param(signal.SIGTERM, id="sigterm"), pytest.param(signal.SIGKILL, id="kill-9")]
 
 
-class Deployment:
-    """A real gateway and the `pheby serve` processes started one after another on one data dir, each
-    stopped by its PID when the test ends."""
-
-    def __init__(self, tmp_path: Path, hermes: RealHermes, port: int | None = None) -> None:
-        self.tmp_path = tmp_path
-        self.hermes = hermes
-        self.data_dir = tmp_path / "data"
-        self.port = port
-        self.servers: list[ServerProcess] = []
-        self.clients: list[PhebyClient] = []
-
-    @property
-    def server(self) -> ServerProcess:
-        return self.servers[-1]
-
-    async def start(self) -> ServerProcess:
-        env = {"HERMES_URL": self.hermes.base_url, "HERMES_API_KEY": self.hermes.api_key}
-        log = self.tmp_path / f"server-{len(self.servers) + 1}.log"
-        server = ServerProcess(self.data_dir, self.port or free_port(), log, env_extra=env)
-        self.servers.append(server)
-        await server.wait_up()
-        return server
-
-    async def client(self) -> PhebyClient:
-        client = await PhebyClient.connect(self.server.ws_url, SECRET)
-        self.clients.append(client)
-        return client
-
-    async def stop(self, signum: signal.Signals) -> float:
-        """Signal the server by its PID; the seconds until it exited (bounded: `EXIT_SECONDS`)."""
-        server = self.server
-        began = time.monotonic()
-        server.process.send_signal(signum)
-        await asyncio.to_thread(server.process.wait, EXIT_SECONDS)
-        return time.monotonic() - began
-
-    def journaled(self, run_id: str) -> str | None:
-        """The Hermes run id the journal keeps for `run_id`, None once it is gone."""
-        with contextlib.closing(sqlite3.connect(self.data_dir / "pheby.sqlite3")) as conn:
-            row = conn.execute("SELECT hermes_run_id FROM active_runs WHERE run_id = ?", (run_id,)).fetchone()
-        return None if row is None else str(row[0])
-
-    def journaled_runs(self) -> int:
-        with contextlib.closing(sqlite3.connect(self.data_dir / "pheby.sqlite3")) as conn:
-            count: int = conn.execute("SELECT count(*) FROM active_runs").fetchone()[0]
-        return count
-
-    async def hermes_status(self, hermes_run_id: str) -> dict[str, Any]:
-        """What the gateway itself says of the run (`GET /v1/runs/{id}`)."""
-        async with httpx.AsyncClient(base_url=self.hermes.base_url, headers=self.hermes.auth_headers()) as http:
-            resp = await http.get(f"/v1/runs/{hermes_run_id}", timeout=10)
-        assert resp.status_code == 200, resp.text
-        status: dict[str, Any] = resp.json()
-        return status
-
-    async def close(self) -> None:
-        for client in self.clients:
-            if client.ws.close_code is None:
-                with contextlib.suppress(Exception):
-                    await client.close()
-        for server in self.servers:
-            server.stop()
+async def hermes_status(deployment: Deployment[RealHermes], hermes_run_id: str) -> dict[str, Any]:
+    """What the gateway itself says of the run (`GET /v1/runs/{id}`)."""
+    hermes = deployment.hermes
+    async with httpx.AsyncClient(base_url=hermes.base_url, headers=hermes.auth_headers()) as http:
+        resp = await http.get(f"/v1/runs/{hermes_run_id}", timeout=10)
+    assert resp.status_code == 200, resp.text
+    status: dict[str, Any] = resp.json()
+    return status
 
 
 @pytest.fixture
-async def deployments(tmp_path: Path) -> AsyncIterator[Callable[..., Deployment]]:
+async def deployments(tmp_path: Path) -> AsyncIterator[Callable[..., Deployment[RealHermes]]]:
     """Make a deployment on a gateway; its servers and clients end with the test, whatever happened."""
-    made: list[Deployment] = []
+    made: list[Deployment[RealHermes]] = []
 
-    def make(hermes: RealHermes, port: int | None = None, name: str | None = None) -> Deployment:
+    def make(hermes: RealHermes, port: int | None = None, name: str | None = None) -> Deployment[RealHermes]:
         made.append(Deployment(tmp_path / (name or f"deployment-{len(made) + 1}"), hermes, port))
         made[-1].tmp_path.mkdir(parents=True, exist_ok=True)
         return made[-1]
@@ -128,25 +70,6 @@ async def deployments(tmp_path: Path) -> AsyncIterator[Callable[..., Deployment]
     yield make
     for deployment in made:
         await deployment.close()
-
-
-async def started_run(client: PhebyClient, text: str) -> tuple[str, str]:
-    """A new conversation with a run of `text` under way: (conversation id, run id)."""
-    created = await client.request("conversation.create", "conversation.created", name="Long job")
-    conversation_id = created["conversation_id"]
-    accepted = await client.request("chat.send", "run.accepted", timeout=30, conversation_id=conversation_id, text=text)
-    assert accepted["type"] == "run.accepted", accepted
-    return conversation_id, accepted["run_id"]
-
-
-async def opened(client: PhebyClient, conversation_id: str) -> dict[str, Any]:
-    snapshot = await client.request("conversation.open", "conversation.history", conversation_id=conversation_id)
-    assert snapshot["type"] == "conversation.history", snapshot
-    return snapshot
-
-
-def texts(client: PhebyClient, run_id: str) -> list[str]:
-    return [f["text"] for f in client.seen("message.delta") if f.get("message_id") == f"draft-{run_id}"]
 
 
 def agent_requests(hermes: RealHermes, user_text: str) -> list[dict[str, Any]]:
@@ -181,7 +104,7 @@ async def warmed(hermes: RealHermes) -> None:
 
 
 async def handed_over_slow_run(
-    deployment: Deployment,
+    deployment: Deployment[RealHermes],
     signum: signal.Signals,
     *,
     resumes: bool,
@@ -211,7 +134,7 @@ async def handed_over_slow_run(
         await before.closed()
     assert not before.seen("run.finished")  # the stop ended nothing
     last_before = texts(before, run_id)[-1]
-    status = await deployment.hermes_status(hermes_run_id)
+    status = await hermes_status(deployment, hermes_run_id)
     assert status["status"] not in ("cancelled", "failed", "interrupted"), status  # Hermes's run goes on
     assert deployment.journaled(run_id) == hermes_run_id
 
@@ -238,14 +161,14 @@ async def handed_over_slow_run(
         assert after_restart[0].startswith(last_before), (last_before, after_restart[0])
     assert deployment.journaled_runs() == 0
     assert len(agent_requests(hermes, text)) == 1  # the agent was never asked again: the run was not redone
-    assert (await deployment.hermes_status(hermes_run_id))["status"] == "completed"
+    assert (await hermes_status(deployment, hermes_run_id))["status"] == "completed"
 
     reopened = await opened(after, conversation_id)
     assert reopened["run"] is None
     assert [m["text"] for m in reopened["messages"]][-2:] == [text, SLOW_ANSWER]
 
 
-async def approval_pending_at_a_kill(deployment: Deployment) -> None:
+async def approval_pending_at_a_kill(deployment: Deployment[RealHermes]) -> None:
     """A DANGER run waits on its approval; the server is killed and started again; answered once, it ran."""
     hermes = deployment.hermes
     await warmed(hermes)
@@ -300,7 +223,7 @@ async def approval_pending_at_a_kill(deployment: Deployment) -> None:
 @pytest.mark.parametrize("gateway", GATEWAYS)
 @pytest.mark.parametrize("signum", SIGNALS)
 async def test_a_run_stopped_mid_stream_goes_on_and_ends_once_with_the_whole_answer(
-    deployments: Callable[..., Deployment],
+    deployments: Callable[..., Deployment[RealHermes]],
     request: pytest.FixtureRequest,
     gateway: str,
     signum: signal.Signals,
@@ -311,7 +234,7 @@ async def test_a_run_stopped_mid_stream_goes_on_and_ends_once_with_the_whole_ans
 
 @pytest.mark.parametrize("gateway", GATEWAYS)
 async def test_an_approval_pending_at_a_kill_stays_pending_and_is_answered_once(
-    deployments: Callable[..., Deployment], request: pytest.FixtureRequest, gateway: str
+    deployments: Callable[..., Deployment[RealHermes]], request: pytest.FixtureRequest, gateway: str
 ) -> None:
     hermes: RealHermes = request.getfixturevalue(gateway)
     await approval_pending_at_a_kill(deployments(hermes))
@@ -349,7 +272,7 @@ async def plugin_live(server: ServerProcess, timeout: float = 30.0) -> None:
 
 @pytest.mark.xdist_group("hermes-handover-plugin")
 async def test_with_the_plugin_a_killed_servers_run_ends_once(
-    deployments: Callable[..., Deployment], plugin_gateway: tuple[RealHermes, int], tmp_path: Path
+    deployments: Callable[..., Deployment[RealHermes]], plugin_gateway: tuple[RealHermes, int], tmp_path: Path
 ) -> None:
     hermes, port = plugin_gateway
     deployment = deployments(hermes, port, "plugin-deployment")
