@@ -16,7 +16,7 @@ The reply is chosen from case-sensitive keywords in the LAST user message:
 
 ``FAIL``      HTTP 400 error body (a non-retryable client error; Hermes reports ``run.failed``)
 ``SLOWTOOL``  tool call ``terminal {"command": "sleep 20 && echo slept"}``
-``SLOW``      40 text chunks, ``--slow-interval`` (0.25 s) apart
+``SLOW``      40 text chunks, ``--slow-interval`` (0.25 s) apart (``SLOW <n>``: n chunks, at most 400)
 ``DANGER``    tool call ``terminal {"command": "rm -rf <scratch>/danger_target"}``; an absolute
               path trips Hermes' "delete in root path" approval pattern (not a hardline block)
 ``HARDLINE``  tool call ``terminal {"command": "mkfs.phebytest <scratch>/hardline.img"}``: matches Hermes'
@@ -196,7 +196,9 @@ def decide(settings: Settings, body: JsonDict) -> Reply:
     if "SLOWTOOL" in user_text:
         return ToolReply("terminal", {"command": "sleep 20 && echo slept"})
     if "SLOW" in user_text:
-        return SlowReply(tuple(f"tick {i} " for i in range(SLOW_CHUNKS)))
+        count = re.search(r"SLOW (\d{1,3})\b", user_text)
+        chunks = min(int(count[1]), 400) if count else SLOW_CHUNKS
+        return SlowReply(tuple(f"tick {i} " for i in range(chunks)))
     if "DANGER" in user_text:
         return ToolReply("terminal", {"command": f"rm -rf {shlex.quote(str(settings.danger_dir))}"})
     if "HARDLINE" in user_text:

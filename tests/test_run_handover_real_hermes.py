@@ -1,8 +1,8 @@
 """Runs outlive the server process: the real gateways (tests/test_run_handover.py's guarantees).
 
 `pheby serve` runs in a process of its own (`tests.crash_safety.ServerProcess`) in front of a real gateway
-driven by the scripted fake LLM (tests/fake_llm.py): SLOW streams "tick 0 " … "tick 39 " 0.25 s apart (a
-~10 s run), DANGER asks for an `rm -rf` that needs an approval (the gateway's `approvals.timeout` is 60 s,
+driven by the scripted fake LLM (tests/fake_llm.py): SLOW 80 streams "tick 0 " … "tick 79 " 0.25 s apart (a
+~20 s run), DANGER asks for an `rm -rf` that needs an approval (the gateway's `approvals.timeout` is 60 s,
 `manual` mode: still pending after a restart). The server is stopped mid-run (SIGTERM: a handover; SIGKILL:
 a crash) and started again on the same data dir: the run goes on under the same id, in Hermes it was never
 cancelled, and the new process ends it exactly once with the agent's whole answer.
@@ -34,7 +34,10 @@ from tests.server_deployment import EXIT_SECONDS, Deployment, opened, started_ru
 
 pytestmark = [pytest.mark.anyio, pytest.mark.hermes, pytest.mark.live]
 
-SLOW_ANSWER: Final = "".join(f"tick {i} " for i in range(40)).strip()  # Hermes keeps the space, the server trims
+SLOW_TICKS: Final = 80  # 20 s of text: still streaming after a restart however busy the machine
+SLOW_ANSWER: Final = "".join(
+    f"tick {i} " for i in range(SLOW_TICKS)
+).strip()  # Hermes keeps the space, the server trims
 FIRST_DELTA_TIMEOUT_S: Final = 30.0
 RUN_TIMEOUT_S: Final = 40.0
 APPROVED_RUN_TIMEOUT_S: Final = 25.0
@@ -114,14 +117,14 @@ async def handed_over_slow_run(
     `on_start` runs after each start, before any client connects."""
     hermes = deployment.hermes
     await warmed(hermes)
-    text = f"SLOW story please {secrets.token_hex(4)}"
+    text = f"SLOW {SLOW_TICKS} story please {secrets.token_hex(4)}"
     if on_start is not None:
         await on_start(await deployment.start())
     else:
         await deployment.start()
     before = await deployment.client()
     conversation_id, run_id = await started_run(before, text)
-    await before.wait_for(lambda f: f.get("type") == "message.delta" and "tick 10 " in f["text"], FIRST_DELTA_TIMEOUT_S)
+    await before.wait_for(lambda f: f.get("type") == "message.delta" and "tick 3 " in f["text"], FIRST_DELTA_TIMEOUT_S)
     hermes_run_id = deployment.journaled(run_id)
     assert hermes_run_id is not None  # journaled once Hermes made it
 

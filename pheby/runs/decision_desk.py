@@ -143,12 +143,14 @@ class DecisionDesk:
         self._resolved(run, decision_id, run.decisions.resolve(decision_id, answer))
 
     def expire(self, run: ActiveRun, decision_id: str) -> None:
-        self._resolved(run, decision_id, run.decisions.expire(decision_id))
+        event = run.decisions.expire(decision_id)
+        if event is not None:
+            self._journal.forget_decision(decision_id)  # in the background: an expiry acknowledges nobody
+        self._resolved(run, decision_id, event)
 
     def _resolved(self, run: ActiveRun, decision_id: str, event: Resolved | None) -> None:
         if event is None:
             return
-        self._journal.forget_decision(decision_id)  # an answer (journaled already) or an expiry
         self._runs.pop(decision_id, None)
         if not run.decisions:
             run.phase.move("running")  # refused once the run is cancelling or finished
