@@ -31,6 +31,11 @@ The reply is chosen from case-sensitive keywords in the LAST user message:
 ``MEDIA``     text ``Here is a picture. MEDIA:<scratch>/pixel.png``
 otherwise     ``Hello from fake LLM. You said: <text>``
 
+``LATE`` (a word of its own, with or without a keyword above) holds the reply back ``LATE_SECONDS`` (4 s)
+before its first byte: ``LATE DANGER`` asks for the approval only then, ``LATE`` alone answers only then
+(time for a test to stop the server before the agent asks or finishes). Only the agent's answer to the user
+message is late, not its answer to a tool result.
+
 When tool results follow the last user message the reply is ``Tool finished. Result was: <the
 last tool result, first 300 chars>``.
 
@@ -77,6 +82,8 @@ JsonDict = dict[str, Any]
 
 # A word of its own: newer Hermes cron prompts say "FAILURE" / "[CRON_FAILURE]", which must not fail the run.
 FAIL_WORD: Final = re.compile(r"\bFAIL\b")
+LATE_WORD: Final = re.compile(r"\bLATE\b")
+LATE_SECONDS: Final = 4.0
 
 
 @dataclass(frozen=True)
@@ -177,16 +184,29 @@ def auxiliary_reply(settings: Settings, messages: list[JsonDict]) -> TextReply:
     return TextReply("Fake auxiliary reply.")
 
 
+def _last_user_turn(messages: list[JsonDict]) -> tuple[str, list[JsonDict]]:
+    """The last user message's text and the tool results after it."""
+    last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=None)
+    user_text = "" if last_user is None else text_of(messages[last_user].get("content"))
+    after = [] if last_user is None else messages[last_user + 1 :]
+    return user_text, [m for m in after if m.get("role") == "tool"]
+
+
+def held_back(body: JsonDict) -> float:
+    """Seconds before the reply's first byte: ``LATE_SECONDS`` for the agent's answer to a LATE message."""
+    if not body.get("tools"):
+        return 0.0
+    user_text, tool_results = _last_user_turn(_messages(body))
+    return LATE_SECONDS if LATE_WORD.search(user_text) and not tool_results else 0.0
+
+
 def decide(settings: Settings, body: JsonDict) -> Reply:
     """Pick the scripted reply for one chat-completions request body."""
     messages = _messages(body)
     if not body.get("tools"):
         return auxiliary_reply(settings, messages)
 
-    last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=None)
-    user_text = "" if last_user is None else text_of(messages[last_user].get("content"))
-    after = [] if last_user is None else messages[last_user + 1 :]
-    tool_results = [m for m in after if m.get("role") == "tool"]
+    user_text, tool_results = _last_user_turn(messages)
     if tool_results:
         result = text_of(tool_results[-1].get("content"))
         return TextReply("Tool finished. Result was: " + result[:TOOL_RESULT_PREVIEW])
@@ -338,6 +358,7 @@ class FakeLLMHandler(BaseHTTPRequestHandler):
             return
 
         reply = decide(settings, body)
+        time.sleep(held_back(body))
         if isinstance(reply, ErrorReply):
             error = {"message": reply.message, "type": "invalid_request_error", "code": "fake_error"}
             self._send_json(reply.status, {"error": error})

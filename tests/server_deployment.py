@@ -11,6 +11,7 @@ import contextlib
 import signal
 import sqlite3
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, Generic, Protocol, TypeVar
 
@@ -38,11 +39,14 @@ G = TypeVar("G", bound=Gateway)
 
 
 class Deployment(Generic[G]):
-    def __init__(self, tmp_path: Path, hermes: G, port: int | None = None) -> None:
+    def __init__(
+        self, tmp_path: Path, hermes: G, port: int | None = None, env: Mapping[str, str] | None = None
+    ) -> None:
         self.tmp_path = tmp_path
         self.hermes = hermes
         self.data_dir = tmp_path / "data"
         self.port = port
+        self.env = dict(env or {})  # more settings for every server process
         self.servers: list[ServerProcess] = []
         self.clients: list[PhebyClient] = []
 
@@ -59,6 +63,7 @@ class Deployment(Generic[G]):
         """Start a server process, not waiting for it to be up."""
         env = {"HERMES_URL": self.hermes.base_url, "HERMES_API_KEY": self.hermes.api_key}
         env["PHEBY_METRICS_TOKEN"] = METRICS_TOKEN
+        env.update(self.env)
         log = self.tmp_path / f"server-{len(self.servers) + 1}.log"
         server = ServerProcess(self.data_dir, self.port or free_port(), log, env_extra=env)
         self.servers.append(server)

@@ -8,10 +8,14 @@ a crash) and started again on the same data dir: the run goes on under the same 
 cancelled, and the new process ends it exactly once with the agent's whole answer.
 
 0.19.0 (one consumer per stream) is followed by its status after the restart; the 0.22-era gateway numbers
-its events and replays them after a `Last-Event-ID`, so there the text streams on from where it was.
+its events and replays them after a `Last-Event-ID`, so there the text streams on from where it was. LATE
+(the fake LLM holds its answer back 4 s) lets a test kill the server before the agent asks or answers: an
+approval 0.19.0 asked meanwhile can only be denied, a run that ended meanwhile is settled before the first
+open.
 
-The shared session gateways serve the first two groups of tests; the companion plugin's case needs a gateway
-of its own (the plugin is pointed at the server's port before the gateway starts).
+The shared session gateways serve most tests; the companion plugin's cases (a run, a clarification the plugin
+holds across the kill) need a gateway of their own (the plugin is pointed at the server's port before the
+gateway starts).
 """
 
 import asyncio
@@ -60,13 +64,39 @@ async def hermes_status(deployment: Deployment[RealHermes], hermes_run_id: str) 
     return status
 
 
+async def hermes_says(deployment: Deployment[RealHermes], hermes_run_id: str, status: str, timeout: float) -> None:
+    """Wait (bounded) until the gateway says the run is `status`."""
+    deadline = time.monotonic() + timeout
+    while (now := await hermes_status(deployment, hermes_run_id))["status"] != status:
+        assert time.monotonic() < deadline, f"the gateway still says {now}, not {status}"
+        await asyncio.sleep(0.2)
+
+
+async def killed_before_the_agent_answers(deployment: Deployment[RealHermes], text: str) -> tuple[str, str, str]:
+    """A LATE run started, its server killed at once (the agent's model is still holding its answer back):
+    (conversation id, run id, Hermes's run id)."""
+    await warmed(deployment.hermes)
+    await deployment.start()
+    before = await deployment.client()
+    conversation_id, run_id = await started_run(before, text)
+    await deployment.stop(signal.SIGKILL)
+    assert deployment.server.process.returncode == -signal.SIGKILL
+    await before.closed()
+    assert not before.seen("message.delta", message_id=f"draft-{run_id}")  # killed before any answer
+    hermes_run_id = deployment.journaled(run_id)
+    assert hermes_run_id is not None
+    return conversation_id, run_id, hermes_run_id
+
+
 @pytest.fixture
 async def deployments(tmp_path: Path) -> AsyncIterator[Callable[..., Deployment[RealHermes]]]:
     """Make a deployment on a gateway; its servers and clients end with the test, whatever happened."""
     made: list[Deployment[RealHermes]] = []
 
-    def make(hermes: RealHermes, port: int | None = None, name: str | None = None) -> Deployment[RealHermes]:
-        made.append(Deployment(tmp_path / (name or f"deployment-{len(made) + 1}"), hermes, port))
+    def make(
+        hermes: RealHermes, port: int | None = None, name: str | None = None, env: dict[str, str] | None = None
+    ) -> Deployment[RealHermes]:
+        made.append(Deployment(tmp_path / (name or f"deployment-{len(made) + 1}"), hermes, port, env))
         made[-1].tmp_path.mkdir(parents=True, exist_ok=True)
         return made[-1]
 
@@ -243,6 +273,65 @@ async def test_an_approval_pending_at_a_kill_stays_pending_and_is_answered_once(
     await approval_pending_at_a_kill(deployments(hermes))
 
 
+@pytest.mark.xdist_group("hermes")
+async def test_an_approval_asked_while_no_server_ran_is_shown_and_can_only_be_denied(
+    deployments: Callable[..., Deployment[RealHermes]], real_hermes: RealHermes
+) -> None:
+    deployment = deployments(real_hermes)
+    real_hermes.danger_dir.mkdir(parents=True, exist_ok=True)
+    text = f"Please run LATE DANGER now {secrets.token_hex(4)}"
+    conversation_id, run_id, hermes_run_id = await killed_before_the_agent_answers(deployment, text)
+    await hermes_says(deployment, hermes_run_id, "waiting_for_approval", FIRST_DELTA_TIMEOUT_S)  # nobody read it
+
+    await deployment.start()
+    after = await deployment.client()
+    snapshot = await opened(after, conversation_id)
+    asked = snapshot["approvals"] or [await after.arrived("approval.request", 15, run_id=run_id)]
+    unseen = asked[0]
+    assert unseen["choices"] == ["deny"], unseen  # the client is told, and may only deny
+    assert unseen["command"] == "(not seen)", unseen
+    refused = await after.request(
+        "approval.respond", "approval.resolved", approval_id=unseen["approval_id"], choice="once"
+    )
+    assert refused["type"] == "error", refused  # never approved blind
+    assert refused["error"]["code"] == "bad_request", refused
+    denied = await after.request(
+        "approval.respond", "approval.resolved", timeout=20, approval_id=unseen["approval_id"], choice="deny"
+    )
+    assert denied["type"] == "approval.resolved", denied
+    assert denied["choice"] == "deny", denied
+    complete = await after.arrived("message.complete", APPROVED_RUN_TIMEOUT_S, message_id=f"draft-{run_id}")
+    finished = await after.arrived("run.finished", 10, run_id=run_id)
+    assert finished["status"] == "completed", finished
+    assert complete["text"].startswith(TOOL_DONE), complete  # the agent got the denial back
+    assert "BLOCKED" in complete["text"], complete
+    assert real_hermes.danger_dir.exists()  # the command never ran
+    assert deployment.journaled_runs() == 0
+
+
+@pytest.mark.parametrize("gateway", GATEWAYS)
+async def test_a_run_that_ended_while_no_server_ran_is_settled_before_the_first_open(
+    deployments: Callable[..., Deployment[RealHermes]], request: pytest.FixtureRequest, gateway: str
+) -> None:
+    deployment = deployments(request.getfixturevalue(gateway))
+    text = f"LATE short answer please {secrets.token_hex(4)}"
+    conversation_id, _, hermes_run_id = await killed_before_the_agent_answers(deployment, text)
+    await hermes_says(deployment, hermes_run_id, "completed", RUN_TIMEOUT_S)
+
+    await deployment.start()
+    after = await deployment.client()
+    snapshot = await opened(after, conversation_id)
+    assert snapshot["run"] is None, snapshot
+    assert [m["text"] for m in snapshot["messages"]][-2:] == [text, f"Hello from fake LLM. You said: {text}"]
+    assert deployment.journaled_runs() == 0
+    accepted = await after.request(
+        "chat.send", "run.accepted", timeout=30, conversation_id=conversation_id, text="PLAIN next"
+    )
+    assert accepted["type"] == "run.accepted", accepted
+    finished = await after.arrived("run.finished", RUN_TIMEOUT_S, run_id=accepted["run_id"])
+    assert finished["status"] == "completed", finished
+
+
 # --- with the companion plugin (a gateway of its own) --------------------------------------------------------
 
 
@@ -282,3 +371,38 @@ async def test_with_the_plugin_a_killed_servers_run_ends_once(
     assert deployment.data_dir == tmp_path / "plugin-deployment" / "data"  # where the plugin's secret went
     # Each process is seen to have the plugin live (its handshake reached the gateway) before a client connects.
     await handed_over_slow_run(deployment, signal.SIGKILL, resumes=False, on_start=plugin_live)
+
+
+@pytest.mark.xdist_group("hermes-handover-plugin")
+async def test_with_the_plugin_a_clarification_pending_at_a_kill_stays_pending_and_is_answered(
+    deployments: Callable[..., Deployment[RealHermes]], plugin_gateway: tuple[RealHermes, int]
+) -> None:
+    hermes, port = plugin_gateway
+    # The plugin holds the question for the clarify timeout (the server sets it): far longer than this test.
+    env = {"PHEBY_PLUGIN_CLARIFY_TIMEOUT": "300"}
+    deployment = deployments(hermes, port, "plugin-deployment", env)
+    await warmed(hermes)
+    await plugin_live(await deployment.start())
+    before = await deployment.client()
+    conversation_id, run_id = await started_run(before, f"CLARIFY please {secrets.token_hex(4)}")
+    asked = await before.expect("clarify.request", FIRST_DELTA_TIMEOUT_S, run_id=run_id)
+
+    await deployment.stop(signal.SIGKILL)  # the plugin took the question and holds it (delivered: no grace)
+    await before.closed()
+    await plugin_live(await deployment.start())
+    after = await deployment.client()
+    snapshot = await opened(after, conversation_id)
+    assert [c["clarify_id"] for c in snapshot["clarifications"]] == [asked["clarify_id"]], snapshot
+    assert snapshot["run"]["status"] == "waiting_for_clarification", snapshot
+
+    resolved = await after.request(
+        "clarify.respond", "clarify.resolved", timeout=20, clarify_id=asked["clarify_id"], response="teal"
+    )
+    assert resolved["type"] == "clarify.resolved", resolved
+    assert resolved["accepted"] is True, resolved
+    complete = await after.arrived("message.complete", APPROVED_RUN_TIMEOUT_S, message_id=f"draft-{run_id}")
+    finished = await after.arrived("run.finished", 10, run_id=run_id)
+    assert finished["status"] == "completed", finished
+    assert complete["text"].startswith(TOOL_DONE), complete
+    assert "teal" in complete["text"], complete  # the agent got the answer given after the restart (no choice)
+    assert deployment.journaled_runs() == 0
