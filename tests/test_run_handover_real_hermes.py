@@ -15,10 +15,12 @@ open.
 
 The shared session gateways serve most tests; the companion plugin's cases (a run, a clarification the plugin
 holds across the kill) need a gateway of their own (the plugin is pointed at the server's port before the
-gateway starts).
+gateway starts). A gateway restarted while no server ran no longer knows the run: the next server ends it
+`failed` (a gateway of the test's own).
 """
 
 import asyncio
+import contextlib
 import itertools
 import secrets
 import signal
@@ -33,7 +35,7 @@ import pytest
 from pheby.cli import main as pheby_main
 from tests.crash_safety import SECRET, ServerProcess
 from tests.live_server import free_port
-from tests.real_hermes import RealHermes, hermes_gateway
+from tests.real_hermes import RealHermes, hermes_gateway, kill_gateway, relaunched_gateway
 from tests.server_deployment import EXIT_SECONDS, Deployment, opened, started_run, texts
 
 pytestmark = [pytest.mark.anyio, pytest.mark.hermes, pytest.mark.live]
@@ -201,13 +203,18 @@ async def handed_over_slow_run(
     assert [m["text"] for m in reopened["messages"]][-2:] == [text, SLOW_ANSWER]
 
 
-async def approval_pending_at_a_kill(deployment: Deployment[RealHermes]) -> None:
-    """A DANGER run waits on its approval; the server is killed and started again; answered once, it ran."""
+async def approval_pending_at_a_kill(
+    deployment: Deployment[RealHermes], on_start: Callable[[ServerProcess], Awaitable[None]] | None = None
+) -> None:
+    """A DANGER run waits on its approval; the server is killed and started again; answered once, it ran.
+    `on_start` runs after each start, before any client connects."""
     hermes = deployment.hermes
     await warmed(hermes)
     hermes.danger_dir.mkdir(parents=True, exist_ok=True)
     text = f"Please run DANGER now {secrets.token_hex(4)}"
-    await deployment.start()
+    started = await deployment.start()
+    if on_start is not None:
+        await on_start(started)
     before = await deployment.client()
     conversation_id, run_id = await started_run(before, text)
     asked = await before.expect("approval.request", FIRST_DELTA_TIMEOUT_S, run_id=run_id)
@@ -216,7 +223,9 @@ async def approval_pending_at_a_kill(deployment: Deployment[RealHermes]) -> None
     await deployment.stop(signal.SIGKILL)
     assert deployment.server.process.returncode == -signal.SIGKILL
     await before.closed()
-    await deployment.start()
+    restarted = await deployment.start()
+    if on_start is not None:
+        await on_start(restarted)
 
     after = await deployment.client()
     snapshot = await opened(after, conversation_id)
@@ -363,14 +372,26 @@ async def plugin_live(server: ServerProcess, timeout: float = 30.0) -> None:
 
 
 @pytest.mark.xdist_group("hermes-handover-plugin")
-async def test_with_the_plugin_a_killed_servers_run_ends_once(
-    deployments: Callable[..., Deployment[RealHermes]], plugin_gateway: tuple[RealHermes, int], tmp_path: Path
+@pytest.mark.parametrize("signum", SIGNALS)
+async def test_with_the_plugin_a_stopped_servers_run_ends_once(
+    deployments: Callable[..., Deployment[RealHermes]],
+    plugin_gateway: tuple[RealHermes, int],
+    tmp_path: Path,
+    signum: signal.Signals,
 ) -> None:
     hermes, port = plugin_gateway
     deployment = deployments(hermes, port, "plugin-deployment")
     assert deployment.data_dir == tmp_path / "plugin-deployment" / "data"  # where the plugin's secret went
     # Each process is seen to have the plugin live (its handshake reached the gateway) before a client connects.
-    await handed_over_slow_run(deployment, signal.SIGKILL, resumes=False, on_start=plugin_live)
+    await handed_over_slow_run(deployment, signum, resumes=False, on_start=plugin_live)
+
+
+@pytest.mark.xdist_group("hermes-handover-plugin")
+async def test_with_the_plugin_an_approval_pending_at_a_kill_stays_pending_and_is_answered_once(
+    deployments: Callable[..., Deployment[RealHermes]], plugin_gateway: tuple[RealHermes, int]
+) -> None:
+    hermes, port = plugin_gateway
+    await approval_pending_at_a_kill(deployments(hermes, port, "plugin-deployment"), on_start=plugin_live)
 
 
 @pytest.mark.xdist_group("hermes-handover-plugin")
@@ -406,3 +427,46 @@ async def test_with_the_plugin_a_clarification_pending_at_a_kill_stays_pending_a
     assert complete["text"].startswith(TOOL_DONE), complete
     assert "teal" in complete["text"], complete  # the agent got the answer given after the restart (no choice)
     assert deployment.journaled_runs() == 0
+
+
+# --- a gateway of the test's own, restarted while no server ran ------------------------------------------------
+
+FAILED_AFTER_UP_S: Final = 20.0
+
+
+@pytest.mark.xdist_group("hermes-own-gateways")  # its gateway is its own: no need to wait for the shared one's
+async def test_a_run_the_restarted_gateway_no_longer_knows_ends_failed_and_the_conversation_works(
+    deployments: Callable[..., Deployment[RealHermes]], hermes_venv: Path, tmp_path: Path
+) -> None:
+    with hermes_gateway(tmp_path / "own-gateway", hermes=hermes_venv) as hermes, contextlib.ExitStack() as revived:
+        deployment = deployments(hermes)
+        await warmed(hermes)
+        await deployment.start()
+        before = await deployment.client()
+        conversation_id, run_id = await started_run(before, f"SLOW {SLOW_TICKS} story please {secrets.token_hex(4)}")
+        await before.wait_for(
+            lambda f: f.get("type") == "message.delta" and "tick 3 " in f["text"], FIRST_DELTA_TIMEOUT_S
+        )
+        await deployment.stop(signal.SIGKILL)
+        await before.closed()
+        assert deployment.journaled(run_id) is not None
+        await asyncio.to_thread(kill_gateway, hermes.gateway)  # the run dies with it; the new one never knew it
+        await asyncio.to_thread(revived.enter_context, relaunched_gateway(hermes, hermes=hermes_venv))
+
+        await deployment.start()
+        up = time.monotonic()
+        after = await deployment.client()
+        snapshot = await opened(after, conversation_id)
+        if snapshot["run"] is not None:  # not settled before the open: the client sees it end
+            assert snapshot["run"]["run_id"] == run_id, snapshot
+            left = FAILED_AFTER_UP_S - (time.monotonic() - up)
+            finished = await after.arrived("run.finished", max(left, 0.1), run_id=run_id)
+            assert finished["status"] == "failed", finished
+        assert deployment.journaled_runs() == 0
+        accepted = await after.request(
+            "chat.send", "run.accepted", timeout=30, conversation_id=conversation_id, text="Say hi PLAIN again"
+        )
+        assert accepted["type"] == "run.accepted", accepted
+        # 0.19.0 may fold the lost run's unanswered turn into this one (the SLOW reply again): 20 s.
+        finished = await after.arrived("run.finished", RUN_TIMEOUT_S, run_id=accepted["run_id"])
+        assert finished["status"] == "completed", finished
