@@ -5,6 +5,7 @@ same `build_uvicorn_config` that `pheby serve` uses, and is stopped at the end o
 """
 
 import asyncio
+import contextlib
 import socket
 import threading
 import time
@@ -17,6 +18,7 @@ import uvicorn
 from litestar import Litestar
 
 from handlers.support.app import create_app
+from pheby.runs import ActiveRun
 from pheby.server import build_uvicorn_config
 from pheby.services import Services
 from pheby.settings import Settings
@@ -64,8 +66,37 @@ class _Runner:
             time.sleep(0.02)
 
     def stop(self) -> None:
+        self.cancel_leftover_runs()
         self.server.should_exit = True
         self.thread.join(timeout=20)
+
+    def cancel_leftover_runs(self) -> None:
+        """Cancel the runs a test left going, as a person would. A stopping server hands its runs over, so on
+        a gateway the session shares they would go on, holding its agents (an approval waits 60 s) while the
+        next tests run."""
+        app = self.server.config.app
+        services = app.state.get("services") if isinstance(app, Litestar) and self.server.started else None
+        if not isinstance(services, Services) or not self.server.servers or not services.runs.active_count():
+            return
+
+        async def cancel_all() -> None:
+            async def cancel(run: ActiveRun) -> None:
+                with contextlib.suppress(Exception):  # ended meanwhile, or Hermes is gone: nothing to hold
+                    await services.runs.cancel(run.account.id, run.conversation_id, run.run_id)
+
+            await asyncio.gather(*(cancel(run) for run in services.runs.all_active()))
+
+        loop = self.server.servers[0].get_loop()
+        if loop.is_closed() or not self.thread.is_alive():  # stopped already (by the test itself)
+            return
+        work = cancel_all()
+        try:
+            future = asyncio.run_coroutine_threadsafe(work, loop)
+        except RuntimeError:  # the loop closed just now
+            work.close()
+            return
+        with contextlib.suppress(Exception):  # bounded: a test's teardown never hangs on it
+            future.result(timeout=15)
 
 
 @pytest.fixture

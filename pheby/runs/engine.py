@@ -147,6 +147,9 @@ class RunManager:
     def active(self, conversation_id: str) -> ActiveRun | None:
         return self._by_conversation.get(conversation_id)
 
+    def all_active(self) -> list[ActiveRun]:
+        return list(self._by_conversation.values())
+
     def snapshot(self, conversation_id: str) -> Snapshot:
         run = self._by_conversation.get(conversation_id)
         if run is None:
