@@ -10,6 +10,7 @@ import functools
 import itertools
 import json
 import re
+import sqlite3
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -26,6 +27,7 @@ from pheby.server import WS_MAX_SIZE
 from pheby.settings import Settings
 from pheby.store.accounts import Accounts, HermesAccountSettings
 from tests.live_server import LiveServer, hermes_settings
+from tests.polling import until
 from tests.ws_client import Frame, PhebyClient
 
 pytestmark = [pytest.mark.anyio, pytest.mark.live]
@@ -1011,6 +1013,13 @@ async def test_history_snapshots_agree_with_the_live_events(connect: Callable[..
         assert assert_snapshots_agree_with_the_live_events(client.frames) > 25
 
 
+def log_in_sync(live_server: LiveServer, conversation_id: str) -> bool:
+    """Whether the server's log of the conversation is known to match Hermes (its after-turn work is done)."""
+    with contextlib.closing(sqlite3.connect(live_server.settings.data_dir / "pheby.sqlite3")) as conn:
+        row = conn.execute("SELECT state FROM history_sync WHERE conversation_id = ?", (conversation_id,)).fetchone()
+    return row is not None and row[0] is not None
+
+
 class ReadGate:
     """Wraps the Hermes clients `conversation.open` reads transcripts with: once armed, each read
     fetches the transcript, then waits (in the server's thread) until the test lets it return."""
@@ -1043,13 +1052,19 @@ class _GatedClient:
 
 
 async def test_a_snapshot_read_while_runs_finish_holds_their_turns(
-    connect: Callable[..., Any], live_server: LiveServer, monkeypatch: pytest.MonkeyPatch
+    connect: Callable[..., Any], live_server: LiveServer, demo_hermes: DemoHermesServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The bad interleaving, forced: every run finishes while a snapshot's transcript read is suspended."""
     sender = await connect()
     opener = await connect()
     conversation_id = await new_conversation(sender)
     await run_to_end(sender, conversation_id, "before")
+    await until(lambda: log_in_sync(live_server, conversation_id), "the first turn logged")
+    # A turn typed in another Hermes client: the open can't page from the log, it reads the transcript.
+    session = demo_hermes.state.sessions.get(f"pheby_{conversation_id}")
+    assert session is not None
+    demo_hermes.state.sessions.add_message(session, "user", "typed in another Hermes client")
+    demo_hermes.state.sessions.add_message(session, "assistant", "answered there")
     hermes = live_server.services.hermes
     gate = ReadGate(hermes.for_account)
     monkeypatch.setattr(hermes, "for_account", gate.for_account)  # the handler's reads only: runs keep theirs
