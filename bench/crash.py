@@ -17,15 +17,13 @@ logic is `tests/crash_safety.py`, which `tests/test_crash_safety.py` runs for 3 
 """
 
 import argparse
-import asyncio
 import secrets
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
+from bench.support import run_rounds
 from tests.crash_safety import CrashConfig, run_crash_rounds
 
 
@@ -41,16 +39,11 @@ def main() -> int:
     config = CrashConfig(rounds=args.rounds, seed=seed)
     print(f"seed {seed} (again: bench/crash.py --rounds {args.rounds} --seed {seed})", flush=True)
 
-    work = Path(tempfile.mkdtemp(prefix="pheby-bench-crash-"))
-    try:
-        result = asyncio.run(run_crash_rounds(config, work, progress=lambda line: print(line, flush=True)))
-    finally:
-        if args.keep:
-            print(f"data dir and server logs kept in {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
-    print("\n".join(result.report()))
-    return 1 if result.missed_targets() else 0
+    return run_rounds(
+        "pheby-bench-crash-",
+        args.keep,
+        lambda work: run_crash_rounds(config, work, progress=lambda line: print(line, flush=True)),
+    )
 
 
 if __name__ == "__main__":

@@ -19,15 +19,13 @@ and kill moments (the server's timing, and so what exactly a kill cuts off, vari
 """
 
 import argparse
-import asyncio
 import secrets
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
+from bench.support import run_rounds
 from tests.run_crash_safety import GATEWAYS, RunCrashConfig, run_run_crash_rounds
 
 
@@ -51,16 +49,11 @@ def main() -> int:
     again = f"bench/run_crash.py --rounds {args.rounds} --seed {seed} --gateway {args.gateway}"
     print(f"seed {seed} (again: {again})", flush=True)
 
-    work = Path(tempfile.mkdtemp(prefix="pheby-bench-run-crash-"))
-    try:
-        result = asyncio.run(run_run_crash_rounds(config, work, progress=lambda line: print(line, flush=True)))
-    finally:
-        if args.keep:
-            print(f"data dirs and logs kept in {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
-    print("\n".join(result.report()))
-    return 1 if result.missed_targets() else 0
+    return run_rounds(
+        "pheby-bench-run-crash-",
+        args.keep,
+        lambda work: run_run_crash_rounds(config, work, progress=lambda line: print(line, flush=True)),
+    )
 
 
 if __name__ == "__main__":

@@ -8,20 +8,23 @@ can record the text deltas its run reader got (Hermes's `timestamp` and the time
 reader) to a JSON file, written when a run's stream ends: that is how a bench times a delta's path.
 """
 
+import asyncio
 import contextlib
 import itertools
 import json
 import os
 import resource
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -236,3 +239,24 @@ if __name__ == "__main__":
         _demo_child(sys.argv[2], sys.argv[3])
     else:
         raise SystemExit(f"unknown child mode {sys.argv[1]!r}")
+
+
+class RoundsResult(Protocol):
+    def report(self) -> list[str]: ...
+
+    def missed_targets(self) -> list[str]: ...
+
+
+def run_rounds(prefix: str, keep: bool, rounds: Callable[[Path], Coroutine[Any, Any, RoundsResult]]) -> int:
+    """A crash probe's rounds in a work dir of their own (kept with `keep`, its path printed), then their report;
+    the exit code: 1 when a target was missed."""
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        result = asyncio.run(rounds(work))
+    finally:
+        if keep:
+            print(f"data dirs and logs kept in {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    print("\n".join(result.report()))
+    return 1 if result.missed_targets() else 0

@@ -82,6 +82,18 @@ class Deployment(Generic[G]):
         await asyncio.to_thread(server.process.wait, EXIT_SECONDS)
         return time.monotonic() - began
 
+    async def stop_mid_run(self, signum: signal.Signals, client: PhebyClient) -> None:
+        """Stop the server by `signum` while `client` watches a run: it exits in time (0 for a graceful stop,
+        which closes the socket with 1012, service restart), and ends no run on the way."""
+        exited_after = await self.stop(signum)
+        assert exited_after < EXIT_SECONDS
+        assert self.server.process.returncode == (0 if signum == signal.SIGTERM else -signal.SIGKILL)
+        if signum == signal.SIGTERM:
+            assert await client.closed() == 1012
+        else:
+            await client.closed()
+        assert not client.seen("run.finished")  # the stop ended nothing
+
     async def metric(self, name: str) -> float:
         """A sample of the server's `/metrics` (0 when it has none yet)."""
         async with httpx.AsyncClient(base_url=self.server.base_url, timeout=5) as http:

@@ -36,7 +36,7 @@ from pheby.cli import main as pheby_main
 from tests.crash_safety import SECRET, ServerProcess
 from tests.live_server import free_port
 from tests.real_hermes import RealHermes, hermes_gateway, kill_gateway, relaunched_gateway
-from tests.server_deployment import EXIT_SECONDS, Deployment, opened, started_run, texts
+from tests.server_deployment import Deployment, opened, started_run, texts
 
 pytestmark = [pytest.mark.anyio, pytest.mark.hermes, pytest.mark.live]
 
@@ -160,14 +160,7 @@ async def handed_over_slow_run(
     hermes_run_id = deployment.journaled(run_id)
     assert hermes_run_id is not None  # journaled once Hermes made it
 
-    exited_after = await deployment.stop(signum)
-    assert exited_after < EXIT_SECONDS
-    assert deployment.server.process.returncode == (0 if signum == signal.SIGTERM else -signal.SIGKILL)
-    if signum == signal.SIGTERM:
-        assert await before.closed() == 1012  # service restart: reconnect
-    else:
-        await before.closed()
-    assert not before.seen("run.finished")  # the stop ended nothing
+    await deployment.stop_mid_run(signum, before)
     last_before = texts(before, run_id)[-1]
     status = await hermes_status(deployment, hermes_run_id)
     assert status["status"] not in ("cancelled", "failed", "interrupted"), status  # Hermes's run goes on
