@@ -1,16 +1,15 @@
-"""POST /api/auth/login — password login for Hope; sets the `hope_session` cookie (Secure over https)."""
+"""POST /api/auth/login — password login; starts a session (`pheby.signin.sessions`)."""
 
 from typing import Annotated, Any
 
 import msgspec
 from litestar import Request, Response, post
-from litestar.datastructures import Cookie
 from litestar.di import NamedDependency
 
 from handlers.support.openapi import errors, json_body
-from pheby.auth import SESSION_COOKIE
 from pheby.errors import Unauthorized
 from pheby.services import Services
+from pheby.signin.sessions import SignedIn, start_session
 
 
 class LoginRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -18,17 +17,12 @@ class LoginRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     password: Annotated[str, msgspec.Meta(max_length=4096)]
 
 
-class LoginResponse(msgspec.Struct, frozen=True):
-    token: str
-    expires_at: float
-
-
 @post("/api/auth/login", tags=["auth"], status_code=200, responses=errors(400, 401, 408, 413, 429, 503))
 async def login(
     request: Request[Any, Any, Any],
     data: Annotated[LoginRequest, json_body(LoginRequest)],
     services: NamedDependency[Services],
-) -> Response[LoginResponse]:
+) -> Response[SignedIn]:
     """Limited per address and per username (429 with Retry-After); the hash waits for its limiter (else 429)."""
     guard = services.login_guard
     address = services.authenticator.client_address(request)
@@ -37,16 +31,4 @@ async def login(
         if account is None:
             await guard.record_failure(address, data.username)
             raise Unauthorized("Wrong username or password")
-    ttl = services.settings.session_ttl_seconds
-    issued = await services.accounts.issue_token(account.id, "session", ttl)
-    cookie = Cookie(
-        key=SESSION_COOKIE,
-        value=issued.token,
-        max_age=ttl,
-        httponly=True,
-        samesite="lax",
-        secure=services.authenticator.is_https(request),
-        path="/",
-    )
-    assert issued.expires_at is not None  # session tokens always expire
-    return Response(LoginResponse(token=issued.token, expires_at=issued.expires_at), cookies=[cookie])
+    return await start_session(services, request, account, "password")

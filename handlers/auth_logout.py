@@ -3,20 +3,22 @@
 The WebSockets that said hello with it are closed at once (`unauthorized`, then 1008).
 """
 
-from litestar import Response, post
-from litestar.datastructures import Cookie
+from typing import Any
+
+from litestar import Request, Response, post
 from litestar.di import NamedDependency
 
-from pheby.auth import SESSION_COOKIE, Principal
+from pheby.auth import Principal
 from pheby.services import Services
+from pheby.signin.sessions import ended_session_cookie
 
 
 @post("/auth/logout", tags=["auth"], status_code=200)
 async def logout(
-    current_user: NamedDependency[Principal], services: NamedDependency[Services]
+    request: Request[Any, Any, Any], current_user: NamedDependency[Principal], services: NamedDependency[Services]
 ) -> Response[dict[str, bool]]:
     if current_user.token_id is not None:
         await services.accounts.revoke_token(current_user.token_id)
         services.revocations.close_token(current_user.token_id)
-    expired = Cookie(key=SESSION_COOKIE, value="", max_age=0, httponly=True, samesite="lax", path="/")
-    return Response({"ok": True}, cookies=[expired])
+    ended = ended_session_cookie(https=services.authenticator.is_https(request))
+    return Response({"ok": True}, cookies=[ended])

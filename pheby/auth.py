@@ -17,6 +17,8 @@ from pheby.settings import Settings
 from pheby.store.accounts import Account, Accounts
 
 SESSION_COOKIE = "hope_session"
+# Over https the cookie is a `__Host-` one: Secure, Path=/, no Domain, so a sibling host can't set or shadow it.
+SECURE_SESSION_COOKIE = "__Host-hope_session"
 MUTATING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
@@ -72,7 +74,7 @@ class Authenticator:
             if principal is None:
                 raise Unauthorized("Invalid or expired credentials")
             return principal
-        cookie = connection.cookies.get(SESSION_COOKIE)
+        cookie = connection.cookies.get(session_cookie_name(https=self.is_https(connection)))
         if not cookie:
             raise Unauthorized()
         resolved = await self._accounts.resolve_token(cookie)
@@ -144,6 +146,11 @@ class Authenticator:
         allowed = self._allowed_origins or {self.own_origin(connection)}
         if origin not in allowed:
             raise Forbidden("Origin not allowed")
+
+
+def session_cookie_name(*, https: bool) -> str:
+    """The session cookie's name: `__Host-hope_session` over https, where such a cookie can be set."""
+    return SECURE_SESSION_COOKIE if https else SESSION_COOKIE
 
 
 def _bearer(header: str) -> str | None:

@@ -55,6 +55,20 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     # for the Origin rule, and https there makes the login cookie Secure. Empty: taken from each request.
     public_url: str = ""
     session_ttl_seconds: Annotated[int, msgspec.Meta(gt=0)] = 7 * 24 * 3600
+    # PHEBY_REQUIRE_SECOND_FACTOR: a password alone never signs in (TOTP is asked too); passkeys and OIDC
+    # are unaffected.
+    require_second_factor: bool = False
+    # OpenID Connect sign-in (`pheby.signin.oidc`): the provider's issuer URL and this server's client.
+    oidc_issuer: str = ""
+    oidc_client_id: str = ""
+    oidc_client_secret: str = ""
+    # PHEBY_OIDC_ALLOWED_CLAIMS: comma-separated `claim=value` pairs, one of which an identity must carry
+    # (e.g. `groups=pheby,email_domain=example.com`); empty: any identity the provider vouches for.
+    oidc_allowed_claims: tuple[str, ...] = ()
+    # PHEBY_OIDC_CREATE_ACCOUNTS: an unlinked identity gets an account of its own at first sign-in.
+    oidc_create_accounts: bool = False
+    # PHEBY_OIDC_NAME: the provider's name on the "Sign in with …" button.
+    oidc_name: str = "single sign-on"
     log_format: Literal["text", "json"] = "text"
     # PHEBY_WS_HELLO_TIMEOUT: seconds a new WebSocket has to say hello.
     ws_hello_timeout: Annotated[float, msgspec.Meta(gt=0)] = 10.0
@@ -155,6 +169,13 @@ ENV_NAMES: dict[str, str] = {
     "trusted_proxies": "PHEBY_TRUSTED_PROXIES",
     "public_url": "PHEBY_PUBLIC_URL",
     "session_ttl_seconds": "PHEBY_SESSION_TTL_SECONDS",
+    "require_second_factor": "PHEBY_REQUIRE_SECOND_FACTOR",
+    "oidc_issuer": "PHEBY_OIDC_ISSUER",
+    "oidc_client_id": "PHEBY_OIDC_CLIENT_ID",
+    "oidc_client_secret": "PHEBY_OIDC_CLIENT_SECRET",
+    "oidc_allowed_claims": "PHEBY_OIDC_ALLOWED_CLAIMS",
+    "oidc_create_accounts": "PHEBY_OIDC_CREATE_ACCOUNTS",
+    "oidc_name": "PHEBY_OIDC_NAME",
     "log_format": "PHEBY_LOG_FORMAT",
     "ws_hello_timeout": "PHEBY_WS_HELLO_TIMEOUT",
     "ws_send_queue_bytes": "PHEBY_WS_SEND_QUEUE_BYTES",
@@ -196,6 +217,7 @@ _LIST_SEPARATORS: dict[str, str] = {
     "media_roots": os.pathsep,
     "allowed_origins": ",",
     "trusted_proxies": ",",
+    "oidc_allowed_claims": ",",
     "vision_models": ",",
     "plugin_peers": ",",
     "push_allow_hosts": ",",

@@ -27,9 +27,12 @@ async def login(http: httpx.AsyncClient, headers: dict[str, str]) -> httpx.Respo
     return response
 
 
-async def logout_status(http: httpx.AsyncClient, token: str, origin: str, headers: dict[str, str]) -> int:
+async def logout_status(
+    http: httpx.AsyncClient, token: str, origin: str, headers: dict[str, str], *, https: bool
+) -> int:
     """A cookie mutation (the cookie set by hand: httpx keeps a Secure cookie off plain http)."""
-    sent = {**headers, "Cookie": f"hope_session={token}", "Origin": origin}
+    name = "__Host-hope_session" if https else "hope_session"
+    sent = {**headers, "Cookie": f"{name}={token}", "Origin": origin}
     return (await http.post("/api/auth/logout", headers=sent)).status_code
 
 
@@ -42,11 +45,16 @@ async def test_a_trusted_proxys_https_makes_the_cookie_secure_and_the_https_orig
     async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as http:
         response = await login(http, forwarded)
         assert "secure" in response.headers["set-cookie"].lower()
+        assert response.headers["set-cookie"].startswith("__Host-hope_session=")
+        assert "domain" not in response.headers["set-cookie"].lower()
         token = response.json()["token"]
-        assert await logout_status(http, token, f"http://{host}", forwarded) == 403
-        assert await logout_status(http, token, f"https://{host}", forwarded) == 200
+        assert await logout_status(http, token, f"http://{host}", forwarded, https=True) == 403
+        # Over https a plain `hope_session` (one a sibling host could have set) is no credential.
+        assert await logout_status(http, token, f"https://{host}", forwarded, https=False) == 401
+        assert await logout_status(http, token, f"https://{host}", forwarded, https=True) == 200
         plain = await login(http, {"X-Forwarded-For": "203.0.113.5"})  # the proxy spoke plain http this time
         assert "secure" not in plain.headers["set-cookie"].lower()
+        assert plain.headers["set-cookie"].startswith("hope_session=")
 
 
 async def test_an_untrusted_peers_forwarded_proto_is_ignored(
@@ -59,8 +67,8 @@ async def test_an_untrusted_peers_forwarded_proto_is_ignored(
         response = await login(http, forwarded)
         assert "secure" not in response.headers["set-cookie"].lower()
         token = response.json()["token"]
-        assert await logout_status(http, token, f"https://{host}", forwarded) == 403
-        assert await logout_status(http, token, f"http://{host}", forwarded) == 200
+        assert await logout_status(http, token, f"https://{host}", forwarded, https=False) == 403
+        assert await logout_status(http, token, f"http://{host}", forwarded, https=False) == 200
 
 
 async def test_the_public_url_is_the_own_origin_and_makes_the_cookie_secure(
@@ -72,9 +80,9 @@ async def test_the_public_url_is_the_own_origin_and_makes_the_cookie_secure(
         response = await login(http, {})
         assert "secure" in response.headers["set-cookie"].lower()
         token = response.json()["token"]
-        assert await logout_status(http, token, f"http://{host}", {}) == 403
-        assert await logout_status(http, token, "https://evil.example", {}) == 403
-        assert await logout_status(http, token, "https://pheby.example.com", {}) == 200
+        assert await logout_status(http, token, f"http://{host}", {}, https=True) == 403
+        assert await logout_status(http, token, "https://evil.example", {}, https=True) == 403
+        assert await logout_status(http, token, "https://pheby.example.com", {}, https=True) == 200
 
 
 def test_the_public_url_is_validated() -> None:

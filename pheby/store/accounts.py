@@ -227,15 +227,36 @@ class Accounts:
             return None
         return _row_to_account(row)
 
-    async def issue_token(self, account_id: str, kind: TokenKind, ttl_seconds: float | None) -> IssuedToken:
+    async def issue_token(
+        self,
+        account_id: str,
+        kind: TokenKind,
+        ttl_seconds: float | None,
+        *,
+        device: str | None = None,
+        method: str | None = None,
+    ) -> IssuedToken:
+        """A new token; `method` (how the person proved who they are, just now) marks it authenticated now."""
         token = "phb_" + secrets.token_urlsafe(32)
         token_id, now = uuid.uuid4().hex, self._clock()
         expires_at = now + ttl_seconds if ttl_seconds is not None else None
+        authenticated_at = now if method is not None else None
         await self._db.run(
             lambda c: c.execute(
-                "INSERT INTO auth_tokens (id, account_id, token_sha256, kind, created_at, expires_at) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (token_id, account_id, token_digest(token), kind, now, expires_at),
+                "INSERT INTO auth_tokens (id, account_id, token_sha256, kind, created_at, expires_at, "
+                "device, method, last_used_at, authenticated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    token_id,
+                    account_id,
+                    token_digest(token),
+                    kind,
+                    now,
+                    expires_at,
+                    device,
+                    method,
+                    now,
+                    authenticated_at,
+                ),
             )
         )
         return IssuedToken(token=token, token_id=token_id, expires_at=expires_at)

@@ -1,0 +1,62 @@
+"""Starting a session: the token, its row (what signed it in, from which device) and its cookie.
+
+Every sign-in route ends here, so a session is made one way whatever proved who the person is.
+The JSON still carries the token for bearer clients (Hope); Pheby Web keeps only the cookie,
+which its JavaScript can't read.
+"""
+
+from typing import Any, Literal
+
+import msgspec
+from litestar import Request, Response
+from litestar.datastructures import Cookie
+
+from pheby.auth import session_cookie_name
+from pheby.services import Services
+from pheby.store.accounts import Account
+
+SignInMethod = Literal["secret", "password", "totp", "recovery_code", "passkey", "oidc"]
+DEVICE_MAX_CHARS = 200
+
+
+class SignedIn(msgspec.Struct, frozen=True):
+    token: str
+    expires_at: float
+
+
+def session_cookie(token: str, max_age: int, *, https: bool) -> Cookie:
+    """`__Host-hope_session` over https (Secure, no Domain, Path=/), `hope_session` over plain http."""
+    return Cookie(
+        key=session_cookie_name(https=https),
+        value=token,
+        max_age=max_age,
+        httponly=True,
+        samesite="lax",
+        secure=https,
+        path="/",
+    )
+
+
+def ended_session_cookie(*, https: bool) -> Cookie:
+    """The cookie's removal, named as it was set."""
+    return session_cookie("", 0, https=https)
+
+
+def device_of(request: Request[Any, Any, Any]) -> str:
+    """What the session list shows for the device: its User-Agent, bounded, printable only."""
+    agent = request.headers.get("user-agent", "")
+    return "".join(c for c in agent if c.isprintable())[:DEVICE_MAX_CHARS]
+
+
+async def start_session(
+    services: Services, request: Request[Any, Any, Any], account: Account, method: SignInMethod
+) -> Response[SignedIn]:
+    """A new session for `account`, signed in by `method`: the token in the JSON and in the cookie."""
+    ttl = services.settings.session_ttl_seconds
+    issued = await services.accounts.issue_token(account.id, "session", ttl, device=device_of(request), method=method)
+    assert issued.expires_at is not None  # sessions always expire
+    https = services.authenticator.is_https(request)
+    return Response(
+        SignedIn(token=issued.token, expires_at=issued.expires_at),
+        cookies=[session_cookie(issued.token, ttl, https=https)],
+    )

@@ -1,0 +1,4 @@
+// The Security page's passkeys section.
+export function PasskeysSection() {
+  return null;
+}

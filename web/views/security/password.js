@@ -1,0 +1,4 @@
+// The Security page's password section.
+export function PasswordSection() {
+  return null;
+}

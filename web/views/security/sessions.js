@@ -1,0 +1,4 @@
+// The Security page's sessions section.
+export function SessionsSection() {
+  return null;
+}

@@ -1,0 +1,4 @@
+// The Security page's totp section.
+export function TotpSection() {
+  return null;
+}
