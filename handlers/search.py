@@ -12,7 +12,7 @@ from litestar.params import Parameter
 
 from handlers.support.openapi import errors
 from pheby.auth import Principal
-from pheby.search.index import PAGE_DEFAULT, PAGE_MAX, SearchPage
+from pheby.search.index import CURSOR_PATTERN, PAGE_DEFAULT, PAGE_MAX, SearchPage
 from pheby.search.query import QUERY_MAX_CHARS
 from pheby.services import Services
 
@@ -22,7 +22,10 @@ QUERY = Parameter(
         "characters; anything else is 400"
     )
 )
-CURSOR = Parameter(description="`next_cursor` of the previous page")
+CURSOR = Parameter(
+    pattern=CURSOR_PATTERN,
+    description="`next_cursor` of the previous page; one that points past the index's end gives an empty page",
+)
 LIMIT = Parameter(ge=1, le=PAGE_MAX, description=f"results a page, at most {PAGE_MAX}")
 
 

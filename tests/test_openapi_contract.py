@@ -62,7 +62,7 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403",
 
 [[operations]]
 # A search query is the grammar of pheby/search/query.py (words, "phrases", prefix*; no bare operators,
-# no lone *, at most 500 characters) and a cursor one a search gave out: 400 otherwise.
+# no lone *, at most 500 characters): 400 otherwise. (Any cursor of the documented pattern is answered.)
 include-path-regex = "^/api/search$"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "429"]
 

@@ -6,6 +6,7 @@ the server has logged it after the run (the after-turn read), so each test waits
 """
 
 import asyncio
+import re
 import time
 from typing import Any
 
@@ -38,9 +39,12 @@ async def found(client: PhebyClient, query: str, kind: str = "message", timeout:
         await asyncio.sleep(0.05)
 
 
-def rest_search(server: LiveServer, token: str, query: str) -> httpx.Response:
+def rest_search(server: LiveServer, token: str, query: str, **params: str) -> httpx.Response:
     return httpx.get(
-        f"{server.base_url}/api/search", params={"q": query}, headers={"Authorization": f"Bearer {token}"}, timeout=10
+        f"{server.base_url}/api/search",
+        params={"q": query, **params},
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=10,
     )
 
 
@@ -132,5 +136,13 @@ async def test_bad_queries_are_bad_requests_on_both_surfaces(
         assert "Traceback" not in response.text
     bad_cursor = await owner.request("conversation.search", "error", query="okapi", cursor="x")
     assert bad_cursor["error"]["code"] == "bad_request"
+    assert rest_search(live_server, live_server.secret, "okapi", cursor="x").status_code == 400
+    # Any cursor the document's pattern allows is answered: one pointing nowhere ends the list.
+    document = httpx.get(f"{live_server.base_url}/schema/openapi.json", timeout=10).json()
+    (cursor_parameter,) = [p for p in document["paths"]["/api/search"]["get"]["parameters"] if p["name"] == "cursor"]
+    pattern = cursor_parameter["schema"].get("pattern") or cursor_parameter["schema"]["oneOf"][0]["pattern"]
+    assert re.fullmatch(pattern.strip("^$"), "0.0")
+    nowhere = rest_search(live_server, live_server.secret, "okapi", cursor="0.0")
+    assert (nowhere.status_code, nowhere.json()) == (200, {"results": [], "next_cursor": None})
     too_many = await owner.request("conversation.search", "error", query="okapi", limit=51)
     assert too_many["error"]["code"] == "bad_request"

@@ -104,8 +104,9 @@ def download_operation(
     return DownloadOperation
 
 
-def struct_schema(type_: type[Any]) -> Schema:
-    """msgspec's JSON Schema of a struct as one self-contained schema (its `$defs` written in place)."""
+def _inlined(type_: type[Any]) -> dict[str, Any]:
+    """msgspec's JSON Schema of a struct as one self-contained schema: every `$defs` entry written in place,
+    since the OpenAPI document has no `#/$defs` for a reference to resolve against."""
     document = msgspec.json.schema(type_)
     definitions = document.get("$defs", {})
 
@@ -118,8 +119,14 @@ def struct_schema(type_: type[Any]) -> Schema:
             return [inline(item) for item in node]
         return node
 
-    schema = inline(document)
+    schema: dict[str, Any] = inline(document)
     schema.pop("$defs", None)
+    return schema
+
+
+def struct_schema(type_: type[Any]) -> Schema:
+    """msgspec's JSON Schema of a struct as one self-contained schema."""
+    schema = _inlined(type_)
     return Schema(
         type=OpenAPIType.OBJECT,
         title=schema.get("title"),
@@ -130,15 +137,14 @@ def struct_schema(type_: type[Any]) -> Schema:
 
 
 def json_body(type_: type[Any], **extra: Any) -> BodyKwarg:
-    """`Annotated[..., json_body(T)]`: the JSON body documented as msgspec's schema of `T`.
+    """`Annotated[..., json_body(T)]`: the JSON body documented as msgspec's schema of `T`, self-contained.
 
     That schema carries every `msgspec.Meta` constraint and `additionalProperties: false` for a
     struct that forbids unknown fields, which Litestar's own rendering leaves out; `extra` adds
     object-level keywords (`minProperties`, `anyOf`). Routes that validate the body themselves
     (`read_body` on a dict) document the struct they validate with.
     """
-    document = msgspec.json.schema(type_)
-    schema = document["$defs"][document["$ref"].rsplit("/", 1)[1]]
+    schema = _inlined(type_)
     keywords = {"properties": schema["properties"], "required": schema.get("required") or None}
     keywords |= {"additional_properties": schema.get("additionalProperties"), "title": schema["title"]}
     body: BodyKwarg = Body(media_type=RequestEncodingType.JSON, schema_extra={**keywords, **extra})

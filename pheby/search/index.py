@@ -34,6 +34,7 @@ IDF_SAMPLE: Final = 256  # a term's newest rows read to estimate its IDF
 WINDOWS_PER_PAGE: Final = 8  # windows read for one page when a window's candidates hold no match
 PARTITION_ROWS: Final = 1 << 40  # an account's range of index rows: messages, then labels
 MESSAGE_ROWS: Final = 1 << 39
+CURSOR_PATTERN = r"^\d{1,19}\.\d{1,6}$"  # what `next_cursor` looks like: the OpenAPI document says so too
 _CURSOR = re.compile(r"(\d{1,19})\.(\d{1,6})")
 _MESSAGE_ID = re.compile(r"m\d{1,18}")
 
@@ -73,6 +74,8 @@ class SearchIndex:
             return SearchPage(results=[], next_cursor=None)
         first = int(row[0]) * PARTITION_ROWS
         at = self._window_at(first, cursor)
+        if at is None:  # a cursor past what the index holds now (rebuilt since): nothing more to show
+            return SearchPage(results=[], next_cursor=None)
         ranker: Ranker | None = None  # made at the first candidates: what it weighs by holds for the page
         below, offset, pinned = at.below, at.offset, cursor is not None
         for _ in range(WINDOWS_PER_PAGE):
@@ -111,7 +114,9 @@ class SearchIndex:
             raise BadRequest("This query can't be searched; try other words") from None
         return [rowid for (rowid,) in rows]
 
-    def _window_at(self, first: int, cursor: str | None) -> _Window:
+    def _window_at(self, first: int, cursor: str | None) -> _Window | None:
+        """Where a page starts: the newest window, or the cursor's; None for a well-formed cursor that points
+        outside the account's index (as documented, any `CURSOR_PATTERN` is a valid cursor: it may end the list)."""
         if cursor is None:
             return _Window(first=first, below=first + PARTITION_ROWS, offset=0)
         found = _CURSOR.fullmatch(cursor)
@@ -119,7 +124,7 @@ class SearchIndex:
             raise BadRequest("The cursor is not one this search gave out")
         below, offset = int(found[1]), int(found[2])
         if not first < below <= first + PARTITION_ROWS or offset >= self._window:
-            raise BadRequest("The cursor is not one this search gave out")
+            return None
         return _Window(first=first, below=below, offset=offset)
 
 
