@@ -114,3 +114,20 @@ async def test_every_reference_of_the_openapi_document_resolves(make_settings: C
     assert found  # the document does use references
     known = {f"#/components/schemas/{name}" for name in document["components"]["schemas"]}
     assert found - known == set()
+
+
+async def test_hsts_is_sent_on_every_response_when_the_public_url_is_https(
+    make_settings: Callable[..., Settings],
+) -> None:
+    async with AsyncTestClient(create_app(make_settings(public_url="https://pheby.example.com"))) as client:
+        for response in (
+            await client.get("/healthz"),
+            await client.get("/nowhere"),  # an error
+            await client.get("/api/me"),  # refused
+            await client.get("/"),  # Pheby Web
+        ):
+            assert response.headers["strict-transport-security"] == "max-age=31536000", response.url
+    async with AsyncTestClient(create_app(make_settings(public_url="http://localhost:8620"))) as client:
+        assert "strict-transport-security" not in (await client.get("/healthz")).headers
+    async with AsyncTestClient(create_app(make_settings())) as client:
+        assert "strict-transport-security" not in (await client.get("/healthz")).headers

@@ -67,6 +67,7 @@ from handlers.support.body_timeout import BodyIdleTimeout
 from handlers.support.dependencies import API_DEPENDENCIES, DEPENDENCIES, authenticated
 from handlers.support.errors import EXCEPTION_HANDLERS
 from handlers.support.openapi import guard_errors
+from handlers.support.strict_transport import add_strict_transport_security
 from handlers.ws.endpoint import pheby_socket
 from pheby.services import open_services
 from pheby.settings import Settings
@@ -195,6 +196,7 @@ def create_app(settings: Settings) -> Litestar:
             ),
         ),
         response_headers=[ResponseHeader(name="X-Content-Type-Options", value="nosniff")],
+        before_send=[add_strict_transport_security] if settings.public_url.startswith("https://") else [],
         debug=False,
         logging_config=None,  # logging is the process's (pheby.server.configure_logging), not the app's
     )
