@@ -6,20 +6,25 @@ cookie mutations), `/attachments` (bearer, ApiKey or X-Pheby-Secret) and the Web
 
 import hmac
 import ipaddress
+import re
 import time
 from typing import Any, Literal
 
 import msgspec
 from litestar.connection import ASGIConnection
 
-from pheby.errors import Forbidden, Unauthorized
+from pheby import metrics
+from pheby.errors import Forbidden, RateLimited, Unauthorized
 from pheby.settings import Settings
 from pheby.store.accounts import Account, Accounts
+from pheby.store.lockout import BearerFailures
 
 SESSION_COOKIE = "hope_session"
 # Over https the cookie is a `__Host-` one: Secure, Path=/, no Domain, so a sibling host can't set or shadow it.
 SECURE_SESSION_COOKIE = "__Host-hope_session"
 MUTATING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# What `Accounts.issue_token` hands out: anything else is no token, so it is refused without a query.
+TOKEN_SHAPE = re.compile(r"phb_[A-Za-z0-9_-]{43}")
 
 
 class Principal(msgspec.Struct, frozen=True, kw_only=True):
@@ -39,8 +44,11 @@ class Principal(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Authenticator:
-    def __init__(self, settings: Settings, accounts: Accounts, owner: Account) -> None:
+    def __init__(
+        self, settings: Settings, accounts: Accounts, owner: Account, bearer_failures: BearerFailures | None = None
+    ) -> None:
         self._secret = settings.secret.encode()
+        self.bearer_failures = bearer_failures or BearerFailures()
         self._allowed_origins = frozenset(settings.allowed_origins)
         self._trusted_proxies = tuple(ipaddress.ip_network(p, strict=False) for p in settings.trusted_proxies)
         self._public_url = settings.public_url
@@ -55,6 +63,8 @@ class Authenticator:
         if hmac.compare_digest(secret.encode(), self._secret):
             owner = await self._accounts.get(self._owner.id)
             return None if owner.disabled else Principal(account=owner, via="secret", judged_at=judged_at)
+        if not TOKEN_SHAPE.fullmatch(secret):
+            return None
         resolved = await self._accounts.resolve_token(secret)
         if resolved is None:
             return None
@@ -70,10 +80,7 @@ class Authenticator:
         """The `/api/*` rule: bearer (secret or token) or the session cookie; cookie mutations need Origin."""
         bearer = _bearer(connection.headers.get("authorization", ""))
         if bearer is not None:
-            principal = await self.from_secret(bearer)
-            if principal is None:
-                raise Unauthorized("Invalid or expired credentials")
-            return principal
+            return await self._from_bearer(connection, bearer)
         cookie = connection.cookies.get(session_cookie_name(https=self.is_https(connection)))
         if not cookie:
             raise Unauthorized()
@@ -92,9 +99,32 @@ class Authenticator:
         scheme, _, value = header.partition(" ")
         secret = value.strip() if scheme.lower() in ("bearer", "apikey") else ""
         secret = secret or connection.headers.get("x-pheby-secret", "").strip()
+        if not secret:
+            raise Unauthorized()
+        return await self._from_bearer(connection, secret)
+
+    async def _from_bearer(self, connection: ASGIConnection[Any, Any, Any, Any], secret: str) -> Principal:
+        """A presented secret or token, counted per source address when wrong (`BearerFailures`).
+
+        A locked-out address is refused before its credential is looked at, the right one included (else
+        a guess that hit would still get in), unless that credential already worked from there. Anything
+        that is neither the owner secret nor shaped like a token is counted before any await, so
+        concurrent guesses each see the ones before them.
+        """
+        address = self.client_address(connection)
+        retry_after = self.bearer_failures.retry_after(address, secret)
+        if retry_after is not None:
+            metrics.LOCKOUTS.labels("bearer").inc()
+            raise RateLimited("Too many wrong credentials from this address; try again later", retry_after=retry_after)
+        is_owner_secret = hmac.compare_digest(secret.encode(), self._secret)
+        if not is_owner_secret and not TOKEN_SHAPE.fullmatch(secret):
+            self.bearer_failures.record_failure(address)
+            raise Unauthorized("Invalid or expired credentials")
         principal = await self.from_secret(secret)
         if principal is None:
-            raise Unauthorized()
+            self.bearer_failures.record_failure(address)
+            raise Unauthorized("Invalid or expired credentials")
+        self.bearer_failures.vouch(address, secret)
         return principal
 
     def client_address(self, connection: ASGIConnection[Any, Any, Any, Any]) -> str:

@@ -58,6 +58,7 @@ STORAGE_ERRORS = Counter("pheby_storage_errors_total", "Blob storage operations 
 
 # --- guards -------------------------------------------------------------------------------------
 LOGIN_FAILURES = Counter("pheby_login_failures_total", "Failed password logins")
+BEARER_FAILURES = Counter("pheby_bearer_failures_total", "Wrong bearer credentials on /api/* and /attachments")
 LOCKOUTS = Counter(
     "pheby_lockouts_total", "Attempts refused because their address or username is locked out, by scope", ["scope"]
 )

@@ -17,6 +17,7 @@ from handlers.support.app import create_app
 from pheby.db import Database
 from pheby.settings import Settings
 from pheby.store.accounts import Accounts
+from pheby.store.lockout import BearerFailures
 from tests.app_client import BASE
 from tests.conftest import TEST_SECRET
 from tests.live_server import LiveServer
@@ -237,6 +238,9 @@ async def test_every_api_route_refuses_a_caller_without_credentials(settings: Se
     wrong = {"Authorization": "Bearer not-a-token"}
     answered: dict[tuple[str, str, str], int] = {}
     async with AsyncTestClient(app, base_url=BASE) as client:
+        # Every wrong bearer here comes from one address: counted, they would lock it out (429) after ten,
+        # which tests/test_bearer_failures.py covers; this test is about each route's 401.
+        app.state.services.authenticator.bearer_failures = BearerFailures(limit=len(operations) * 4)
         for method, path in operations:
             answered[(method, path, "none")] = (await client.request(method, path)).status_code
             answered[(method, path, "wrong")] = (await client.request(method, path, headers=wrong)).status_code

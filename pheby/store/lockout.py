@@ -6,13 +6,14 @@ addresses they come from), and its password hash runs in a limiter of its own (`
 """
 
 import asyncio
+import hashlib
 import math
 import sqlite3
 import time
-from collections import Counter
+from collections import Counter, OrderedDict, deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -174,3 +175,86 @@ class AddressSlots:
         self._held[address] -= 1
         if self._held[address] <= 0:
             del self._held[address]
+
+
+class BearerFailures:
+    """Wrong bearer credentials on `/api/*` and `/attachments`, counted per source address.
+
+    After `limit` failures inside `window` seconds the address is locked out: a credential presented
+    from it is refused (429 with Retry-After) before it is looked at, unless it is one that already
+    authenticated from that address (`vouch`). So a weak `PHEBY_SECRET` can't be guessed over REST (a
+    guess that hits is refused like the others), while the clients already working from that address,
+    behind the same NAT as the guesser, go on as before.
+
+    Everything is in memory: checking costs a request no query, and a failure is recorded before the
+    caller awaits anything, so concurrent guesses each see the ones before them. At most `max_sources`
+    addresses are tracked in each table; past that the least recently seen is forgotten.
+    """
+
+    VOUCHED_PER_SOURCE = 8
+
+    def __init__(
+        self,
+        *,
+        limit: int = 10,
+        window: float = 60.0,
+        max_sources: int = 65_536,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.limit = limit
+        self.window = window
+        self._max_sources = max_sources
+        self._clock = clock
+        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
+        self._vouched: OrderedDict[str, OrderedDict[bytes, None]] = OrderedDict()
+
+    def retry_after(self, address: str, credential: str) -> int | None:
+        """Whole seconds until the address may try `credential`; None when it may now."""
+        failures = self._recent(address)
+        if failures is None or len(failures) < self.limit:
+            return None
+        known = self._vouched.get(address)
+        if known is not None and _digest(credential) in known:
+            return None
+        return max(1, math.ceil(failures[-self.limit] + self.window - self._clock()))
+
+    def record_failure(self, address: str) -> None:
+        metrics.BEARER_FAILURES.inc()
+        failures = self._recent(address)
+        if failures is None:
+            failures = self._failures[address] = deque(maxlen=self.limit)
+            _bound(self._failures, self._max_sources)
+        failures.append(self._clock())
+        self._failures.move_to_end(address)
+
+    def vouch(self, address: str, credential: str) -> None:
+        """`credential` authenticated from `address`: a lockout of the address won't refuse it."""
+        known = self._vouched.get(address)
+        if known is None:
+            known = self._vouched[address] = OrderedDict()
+            _bound(self._vouched, self._max_sources)
+        self._vouched.move_to_end(address)
+        known[_digest(credential)] = None
+        known.move_to_end(_digest(credential))
+        _bound(known, self.VOUCHED_PER_SOURCE)
+
+    def _recent(self, address: str) -> "deque[float] | None":
+        failures = self._failures.get(address)
+        if failures is None:
+            return None
+        since = self._clock() - self.window
+        while failures and failures[0] <= since:
+            failures.popleft()
+        if not failures:
+            del self._failures[address]
+            return None
+        return failures
+
+
+def _digest(credential: str) -> bytes:
+    return hashlib.sha256(credential.encode()).digest()
+
+
+def _bound(table: "OrderedDict[Any, Any]", size: int) -> None:
+    while len(table) > size:
+        table.popitem(last=False)
