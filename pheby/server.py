@@ -66,6 +66,17 @@ def configure_logging(log_format: str) -> None:
     )
     logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per Hermes request is noise
+    logging.getLogger("uvicorn.access").addFilter(drop_query_string)
+
+
+def drop_query_string(record: logging.LogRecord) -> bool:
+    """uvicorn's access lines without the query string: an OIDC callback's code and state, a download's
+    parameters, are one-time credentials or the client's data, never log material."""
+    if isinstance(record.args, tuple) and len(record.args) == 5:
+        client, method, path, version, status = record.args
+        if isinstance(path, str) and "?" in path:
+            record.args = (client, method, path.split("?", 1)[0], version, status)
+    return True
 
 
 class ServerWebSocketProtocol(CompressedWebSocketProtocol, PhebyWebSocketProtocol):

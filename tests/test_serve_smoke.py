@@ -30,7 +30,7 @@ import pytest
 from demo_hermes import DemoHermesServer
 from handlers.support.app import create_app
 from pheby import server as pheby_server
-from pheby.server import WS_MAX_SIZE, JsonFormatter, PhebyServer, build_uvicorn_config
+from pheby.server import WS_MAX_SIZE, JsonFormatter, PhebyServer, build_uvicorn_config, drop_query_string
 from pheby.settings import Settings
 from pheby.startup_checks import StartupRefused, check_data_dir, run_startup_checks
 from storage import S3Store
@@ -327,3 +327,16 @@ def test_json_log_lines_survive_quotes_and_tracebacks() -> None:
     assert entry["logger"] == "pheby.x"
     assert entry["ts"].endswith("+00:00")
     assert 'ValueError: bad "value"' in entry["exc"]
+
+
+def test_access_lines_carry_no_query_string() -> None:
+    """An OIDC callback's `code` and `state` are one-time credentials: the access line keeps the path only."""
+    record = logging.LogRecord(
+        "uvicorn.access", logging.INFO, __file__, 1, '%s - "%s %s HTTP/%s" %d',
+        ("127.0.0.1:5000", "GET", "/api/auth/oidc/callback?code=abc&state=def", "1.1", 302), None,
+    )  # fmt: skip
+    assert drop_query_string(record)
+    assert record.getMessage() == '127.0.0.1:5000 - "GET /api/auth/oidc/callback HTTP/1.1" 302'
+    plain = logging.LogRecord("uvicorn.access", logging.INFO, __file__, 1, "%s", ("x",), None)
+    assert drop_query_string(plain)
+    assert plain.getMessage() == "x"
