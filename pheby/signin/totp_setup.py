@@ -77,7 +77,8 @@ async def turn_on(services: Services, account_id: str, address: str, code: str) 
             await attempts.record_failure(address, account_id)
             raise Unprocessable("That code is not the authenticator's current one; check the phone's clock")
         codes = new_recovery_codes()
-        if not await store.enable(account_id, state.secret, step, codes):
+        # Kept as typed back, without dashes: `use_code` normalizes what it is given the same way.
+        if not await store.enable(account_id, state.secret, step, [normalized(c) for c in codes]):
             raise Conflict("The authenticator key was replaced meanwhile; set it up again")
     return RecoveryCodes(recovery_codes=codes)
 
