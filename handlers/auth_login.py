@@ -1,15 +1,19 @@
-"""POST /api/auth/login — password login; starts a session (`pheby.signin.sessions`)."""
+"""POST /api/auth/login — password login; starts a session (`pheby.signin.sessions`), or, for an account
+with a second factor, answers 202 with the ticket of the code step (`pheby.signin.totp`)."""
 
 from typing import Annotated, Any
 
 import msgspec
 from litestar import Request, Response, post
 from litestar.di import NamedDependency
+from litestar.openapi.datastructures import ResponseSpec
 
+from handlers.support.errors import ErrorResponse
 from handlers.support.openapi import errors, json_body
 from pheby.errors import Unauthorized
 from pheby.services import Services
 from pheby.signin.sessions import SignedIn, start_session
+from pheby.signin.totp import SecondFactorNeeded, second_step
 
 
 class LoginRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -17,7 +21,27 @@ class LoginRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     password: Annotated[str, msgspec.Meta(max_length=4096)]
 
 
-@post("/api/auth/login", tags=["auth"], status_code=200, responses=errors(400, 401, 408, 413, 429, 503))
+SECOND_FACTOR_RESPONSES = {
+    202: ResponseSpec(
+        data_container=SecondFactorNeeded,
+        description="The password is right and the account has a second factor: no session yet; "
+        "send a code with the ticket to POST /api/auth/login/totp before it expires",
+        generate_examples=False,
+    ),
+    403: ResponseSpec(
+        data_container=ErrorResponse,
+        description="The server requires a second factor (PHEBY_REQUIRE_SECOND_FACTOR) and this account has none",
+        generate_examples=False,
+    ),
+}
+
+
+@post(
+    "/api/auth/login",
+    tags=["auth"],
+    status_code=200,
+    responses={**errors(400, 401, 408, 413, 429, 503), **SECOND_FACTOR_RESPONSES},
+)
 async def login(
     request: Request[Any, Any, Any],
     data: Annotated[LoginRequest, json_body(LoginRequest)],
@@ -31,4 +55,7 @@ async def login(
         if account is None:
             await guard.record_failure(address, data.username)
             raise Unauthorized("Wrong username or password")
+    code_step = await second_step(services, account)
+    if code_step is not None:
+        return code_step
     return await start_session(services, request, account, "password")

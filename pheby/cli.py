@@ -20,6 +20,7 @@ from pheby.db import Database, SchemaTooNew, check_schema_version
 from pheby.errors import PhebyError
 from pheby.settings import DEFAULT_DATA_DIR, Settings, SettingsError, load_settings
 from pheby.store.accounts import Account, Accounts, HermesAccountSettings
+from pheby.store.second_factor import SecondFactors
 
 if TYPE_CHECKING:  # importing Litestar would slow every account command
     from litestar import Litestar
@@ -70,6 +71,12 @@ def _parser() -> argparse.ArgumentParser:
         "prints JSON {id, name, revoked}",
     )
     revoke.add_argument("name")
+    totp_off = account.add_parser(
+        "totp-off",
+        help="turn an account's second factor (TOTP) off, for one who lost the authenticator and the recovery "
+        "codes; prints JSON {id, name, totp}",
+    )
+    totp_off.add_argument("name")
     account.add_parser("list", help="list the accounts as JSON (no secrets)")
     own = account.add_parser(
         "hermes",
@@ -263,6 +270,10 @@ async def _account_command(settings: Settings, args: argparse.Namespace) -> obje
         if args.action == "revoke":
             account, revoked = await accounts.revoke_all(args.name)
             return {"id": account.id, "name": account.name, "revoked": revoked}
+        if args.action == "totp-off":
+            account = await accounts.get_by_name(args.name)
+            await SecondFactors(db).disable(account.id)
+            return {"id": account.id, "name": account.name, "totp": False}
         account = await accounts.set_disabled(args.name, args.action == "disable")
         return {"id": account.id, "name": account.name, "disabled": account.disabled}
     finally:

@@ -34,6 +34,7 @@ from pheby.store.attachments import Attachments, attachment_added
 from pheby.store.changes import ChangeFeed
 from pheby.store.conversations import Conversations
 from pheby.store.lockout import AddressSlots, FailureLimiter, LoginGuard
+from pheby.store.second_factor import CodeAttempts, SecondFactors
 from pheby.store.task_owners import TaskOwners
 from storage import BlobStore, StorageError, open_blob_store
 
@@ -55,6 +56,8 @@ class Services:
         self.login_guard = LoginGuard(db)
         self.hello_limiter = FailureLimiter(db, "hello")
         self.push_action_limiter = FailureLimiter(db, "push_action", limit=10)  # answers with a wrong token
+        self.second_factors = SecondFactors(db)  # TOTP secrets, recovery codes, sign-in tickets
+        self.code_attempts = CodeAttempts(db)  # the limits on guessing their codes
         self.sockets_before_hello = AddressSlots(limit=8)
         self.hub = CoalescingHub(
             max_sockets=settings.ws_max_connections,

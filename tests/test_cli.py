@@ -12,6 +12,7 @@ import pytest
 from pheby.cli import main
 from pheby.db import Database
 from pheby.store.accounts import Accounts, HermesAccountSettings
+from pheby.store.second_factor import SecondFactors
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -140,6 +141,38 @@ def test_account_enable_revoke_and_list(tmp_path: Path, capsys: pytest.CaptureFi
     assert run_cli(capsys, *data, "account", "revoke", "nobody")[0] == 1
 
 
+def test_account_totp_off(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An operator turns off the second factor of someone who lost the authenticator and the recovery codes."""
+    data = ["--data-dir", str(tmp_path)]
+    account_id = json.loads(run_cli(capsys, *data, "account", "create", "alice")[1])["id"]
+
+    async def turn_on() -> None:
+        db = Database(tmp_path / "pheby.sqlite3")
+        await db.open()
+        try:
+            second_factors = SecondFactors(db)
+            assert await second_factors.set_pending(account_id, "JBSWY3DPEHPK3PXP")
+            assert await second_factors.enable(account_id, "JBSWY3DPEHPK3PXP", 1, ["code"])
+        finally:
+            await db.close()
+
+    async def is_on() -> bool:
+        db = Database(tmp_path / "pheby.sqlite3")
+        await db.open()
+        try:
+            return await SecondFactors(db).is_enabled(account_id)
+        finally:
+            await db.close()
+
+    asyncio.run(turn_on())
+    assert asyncio.run(is_on())
+    code, out, _ = run_cli(capsys, *data, "account", "totp-off", "alice")
+    assert code == 0
+    assert json.loads(out) == {"id": account_id, "name": "alice", "totp": False}
+    assert not asyncio.run(is_on())
+    assert run_cli(capsys, *data, "account", "totp-off", "nobody")[0] == 1
+
+
 def test_account_create_help_says_accounts_share_the_servers_agent(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["account", "create", "--help"])
@@ -192,6 +225,7 @@ def test_bad_setting_stops_with_one_line(tmp_path: Path) -> None:
         ["account", "disable", "alice"],
         ["account", "enable", "alice"],
         ["account", "revoke", "alice"],
+        ["account", "totp-off", "alice"],
         ["account", "hermes", "alice"],
         ["account", "list"],
     ],

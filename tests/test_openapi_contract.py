@@ -62,6 +62,12 @@ include-method = "POST"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "409", "429"]
 
 [[operations]]
+# A second-factor code is an authenticator's current code or an unused recovery code: another is 422 (the
+# guesses are limited: 429); enabling needs a pending key and disabling an enabled one (409 otherwise).
+include-path-regex = "^/api/auth/totp/(enable|disable)$"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "409", "422", "429"]
+
+[[operations]]
 # A search query is the grammar of pheby/search/query.py (words, "phrases", prefix*; no bare operators,
 # no lone *, at most 500 characters): 400 otherwise. (Any cursor of the documented pattern is answered.)
 include-path-regex = "^/api/search$"

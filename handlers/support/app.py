@@ -25,7 +25,12 @@ from handlers import (
     attachments_download,
     attachments_upload,
     auth_login,
+    auth_login_totp,
     auth_logout,
+    auth_totp_disable,
+    auth_totp_enable,
+    auth_totp_setup,
+    auth_totp_status,
     capabilities,
     connectors,
     conversations_export,
@@ -78,6 +83,7 @@ PUBLIC_ROUTES: list[ControllerRouterHandler] = [
     health.healthz,
     readyz.readyz,
     auth_login.login,  # the way to get a credential
+    auth_login_totp.login_totp,  # its code step: the ticket of a right password and a code
     push_actions.answer_push_action,  # the answer token is the credential
     pheby_socket,  # authenticates with its hello message
     attachments_upload.upload_attachment,  # Bearer, ApiKey or X-Pheby-Secret
@@ -94,6 +100,10 @@ PUBLIC_ROUTES: list[ControllerRouterHandler] = [
 API_ROUTES: list[ControllerRouterHandler] = [
     auth_logout.logout,
     me.me,
+    auth_totp_status.totp_status,
+    auth_totp_setup.totp_setup,
+    auth_totp_enable.totp_enable,
+    auth_totp_disable.totp_disable,
     hope_attachments_create.create_hope_attachment,
     hope_attachments_list.list_hope_attachments,
     hope_attachments_get.get_hope_attachment,

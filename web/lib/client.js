@@ -72,8 +72,10 @@ export class Client {
   async signInWithPassword(username, password, keep) {
     this.store.set({ signInError: "", status: "connecting" });
     try {
-      const { token } = await login(username, password);
-      this.connect({ secret: token, kind: "password", username }, keep);
+      const answer = await login(username, password);
+      // A second factor is due (202): the sign-in form asks for the code (web/views/signin/second_factor.js).
+      if (answer.second_factor) return this.store.set({ secondFactor: answer, status: "signed-out" });
+      this.connect({ secret: answer.token, kind: "password", username }, keep);
     } catch (error) {
       const text =
         error.status === 401

@@ -1,5 +1,6 @@
 // The sign-in screen: the owner secret, or an account's username and password.
 import { html, useState } from "../lib/html.js";
+import { SecondFactorStep } from "./signin/second_factor.js";
 
 export function SignIn({ client, state }) {
   const [mode, setMode] = useState("secret");
@@ -8,6 +9,9 @@ export function SignIn({ client, state }) {
   const [password, setPassword] = useState("");
   const [keep, setKeep] = useState(false);
   const busy = state.status === "connecting";
+  if (state.secondFactor) {
+    return html`<${SecondFactorStep} challenge=${state.secondFactor} onCancel=${() => client.store.set({ secondFactor: null })} />`;
+  }
 
   const submit = (event) => {
     event.preventDefault();
