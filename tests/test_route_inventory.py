@@ -36,6 +36,7 @@ OUTSIDE_THE_GUARD: dict[str, Credential] = {
     "/healthz": "none",
     "/readyz": "none",
     "/api/auth/login": "none",  # the way to get a credential
+    "/api/auth/login/totp": "none",  # its second step: the ticket and the code are the credential
     "/api/push/actions": "answer token",  # a notification's single-use answer token
     "/ws": "hello",  # its first message authenticates it
     "/attachments": "account",  # Bearer, ApiKey or X-Pheby-Secret

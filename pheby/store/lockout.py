@@ -121,41 +121,62 @@ class PasswordHashing:
             self._admission.release()
 
 
-class LoginGuard:
-    """The limits of `POST /api/auth/login`: per address, per username, and the hashing limiter."""
+class AttemptLimits:
+    """Attempts limited per source address and per what they try (a username, an account).
 
-    def __init__(self, db: Database, *, clock: Callable[[], float] = time.time, wait: float = 3.0) -> None:
-        self.by_address = FailureLimiter(db, "login", limit=5, window=60.0, clock=clock)
-        self.by_username = FailureLimiter(db, "login-username", limit=10, window=600.0, clock=clock)
-        self.hashing = PasswordHashing(slots=2, wait=wait)
+    Attempts of one address, and of one subject, run one at a time so each sees every failure
+    recorded before it (else concurrent guesses would all pass the check). The wait for that turn is
+    bounded too: a caller queued behind a flood gets `RateLimited`, not a long wait. Locks are always
+    taken address first, so two attempts never wait for each other.
+    """
+
+    busy = "Too many attempts at once; try again in a few seconds"
+    locked = "Too many failed attempts; try again later"
+
+    def __init__(self, by_address: FailureLimiter, by_subject: FailureLimiter, *, wait: float = 3.0) -> None:
+        self.by_address = by_address
+        self.by_subject = by_subject
         self.wait = wait
 
     @asynccontextmanager
-    async def attempt(self, address: str, username: str) -> AsyncIterator[None]:
-        """One login attempt: after those of its address and of its username, refused while either is locked.
-
-        Attempts of one address, and of one username, run one at a time so each sees every failure
-        recorded before it (else concurrent guesses would all pass the check). The wait for that
-        turn is bounded too: a caller queued behind a flood gets `RateLimited`, not a long wait.
-        Locks are always taken address first, so two attempts never wait for each other.
-        """
+    async def attempt(self, address: str, subject: str) -> AsyncIterator[None]:
+        """One attempt: after those of its address and of its subject, refused while either is locked."""
         async with AsyncExitStack() as turns:
             with anyio.move_on_after(self.wait) as waiting:
                 await turns.enter_async_context(self.by_address.one_at_a_time(address))
-                await turns.enter_async_context(self.by_username.one_at_a_time(username))
+                await turns.enter_async_context(self.by_subject.one_at_a_time(subject))
             if waiting.cancelled_caught:
-                raise RateLimited("Too many logins at once; try again in a few seconds", retry_after=1)
-            for limiter, subject in ((self.by_address, address), (self.by_username, username)):
-                retry_after = await limiter.retry_after(subject)
+                raise RateLimited(self.busy, retry_after=1)
+            for limiter, who in ((self.by_address, address), (self.by_subject, subject)):
+                retry_after = await limiter.retry_after(who)
                 if retry_after is not None:
                     metrics.LOCKOUTS.labels(limiter.scope).inc()
-                    raise RateLimited("Too many failed logins; try again later", retry_after=retry_after)
+                    raise RateLimited(self.locked, retry_after=retry_after)
             yield
 
-    async def record_failure(self, address: str, username: str) -> None:
-        metrics.LOGIN_FAILURES.inc()
+    async def record_failure(self, address: str, subject: str) -> None:
         await self.by_address.record_failure(address)
-        await self.by_username.record_failure(username)
+        await self.by_subject.record_failure(subject)
+
+
+class LoginGuard(AttemptLimits):
+    """The limits of `POST /api/auth/login`: 5 failures a minute per address, 10 in ten minutes per username
+    (whichever addresses they come from), and the hashing limiter."""
+
+    busy = "Too many logins at once; try again in a few seconds"
+    locked = "Too many failed logins; try again later"
+
+    def __init__(self, db: Database, *, clock: Callable[[], float] = time.time, wait: float = 3.0) -> None:
+        super().__init__(
+            FailureLimiter(db, "login", limit=5, window=60.0, clock=clock),
+            FailureLimiter(db, "login-username", limit=10, window=600.0, clock=clock),
+            wait=wait,
+        )
+        self.hashing = PasswordHashing(slots=2, wait=wait)
+
+    async def record_failure(self, address: str, subject: str) -> None:
+        metrics.LOGIN_FAILURES.inc()
+        await super().record_failure(address, subject)
 
 
 class AddressSlots:

@@ -10,16 +10,12 @@ tested at chosen times.
 import hashlib
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import Callable, Sequence
 
-import anyio
 import msgspec
 
-from pheby import metrics
 from pheby.db import Database
-from pheby.errors import RateLimited
-from pheby.store.lockout import FailureLimiter
+from pheby.store.lockout import AttemptLimits, FailureLimiter
 
 
 class TotpState(msgspec.Struct, frozen=True):
@@ -171,35 +167,15 @@ class SecondFactors:
         return cursor.rowcount == 1
 
 
-class CodeAttempts:
-    """The limits on second-factor codes: per source address and per account, 10 failures in 10 minutes.
+class CodeAttempts(AttemptLimits):
+    """The limits on second-factor codes: per source address and per account, 10 failures in 10 minutes."""
 
-    As with `LoginGuard`, one address's attempts, and one account's, take turns, so concurrent guesses
-    each see the failures recorded before them; the wait for a turn is bounded.
-    """
+    busy = "Too many code checks at once; try again in a few seconds"
+    locked = "Too many wrong codes; try again later"
 
     def __init__(self, db: Database, *, clock: Callable[[], float] = time.time, wait: float = 3.0) -> None:
-        self.by_address = FailureLimiter(db, "totp", limit=10, window=600.0, clock=clock)
-        self.by_account = FailureLimiter(db, "totp-account", limit=10, window=600.0, clock=clock)
-        self.wait = wait
-
-    @asynccontextmanager
-    async def attempt(self, address: str, account_id: str) -> AsyncIterator[None]:
-        """One code check, refused (`RateLimited`) while its address or account is locked out."""
-        async with AsyncExitStack() as turns:
-            with anyio.move_on_after(self.wait) as waiting:
-                # Always address first, so two attempts never wait for each other.
-                await turns.enter_async_context(self.by_address.one_at_a_time(address))
-                await turns.enter_async_context(self.by_account.one_at_a_time(account_id))
-            if waiting.cancelled_caught:
-                raise RateLimited("Too many code checks at once; try again in a few seconds", retry_after=1)
-            for limiter, subject in ((self.by_address, address), (self.by_account, account_id)):
-                retry_after = await limiter.retry_after(subject)
-                if retry_after is not None:
-                    metrics.LOCKOUTS.labels(limiter.scope).inc()
-                    raise RateLimited("Too many wrong codes; try again later", retry_after=retry_after)
-            yield
-
-    async def record_failure(self, address: str, account_id: str) -> None:
-        await self.by_address.record_failure(address)
-        await self.by_account.record_failure(account_id)
+        super().__init__(
+            FailureLimiter(db, "totp", limit=10, window=600.0, clock=clock),
+            FailureLimiter(db, "totp-account", limit=10, window=600.0, clock=clock),
+            wait=wait,
+        )
