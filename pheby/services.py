@@ -34,6 +34,7 @@ from pheby.store.attachments import Attachments, attachment_added
 from pheby.store.changes import ChangeFeed
 from pheby.store.conversations import Conversations
 from pheby.store.lockout import AddressSlots, FailureLimiter, LoginGuard
+from pheby.store.sessions import Sessions
 from pheby.store.task_owners import TaskOwners
 from storage import BlobStore, StorageError, open_blob_store
 
@@ -53,6 +54,7 @@ class Services:
         self.blobs = blobs
         self.hermes = hermes
         self.login_guard = LoginGuard(db)
+        self.sessions = Sessions(db)  # a person's sessions, listed and ended (the Security page)
         self.hello_limiter = FailureLimiter(db, "hello")
         self.push_action_limiter = FailureLimiter(db, "push_action", limit=10)  # answers with a wrong token
         self.sockets_before_hello = AddressSlots(limit=8)

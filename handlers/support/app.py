@@ -26,6 +26,10 @@ from handlers import (
     attachments_upload,
     auth_login,
     auth_logout,
+    auth_session,
+    auth_sessions_end,
+    auth_sessions_end_others,
+    auth_sessions_list,
     capabilities,
     connectors,
     conversations_export,
@@ -76,10 +80,11 @@ from scheduler import running_scheduler
 PUBLIC_ROUTES: list[ControllerRouterHandler] = [
     health.healthz,
     readyz.readyz,
-    auth_login.login,  # the way to get a credential
+    auth_login.login,  # the ways to get a credential
+    auth_session.start_session_with_secret,
     push_actions.answer_push_action,  # the answer token is the credential
-    pheby_socket,  # authenticates with its hello message
-    attachments_upload.upload_attachment,  # Bearer, ApiKey or X-Pheby-Secret
+    pheby_socket,  # authenticates with its hello message (or the cookie); a foreign Origin is refused first
+    attachments_upload.upload_attachment,  # Bearer, ApiKey, X-Pheby-Secret or the session cookie
     attachments_download.download_attachment,
     internal_plugin_events.plugin_event,  # the plugin secret
     internal_plugin_media.plugin_media,
@@ -92,6 +97,9 @@ PUBLIC_ROUTES: list[ControllerRouterHandler] = [
 # Mounted under `/api` behind the `authenticated` guard: a route added here is protected by that alone.
 API_ROUTES: list[ControllerRouterHandler] = [
     auth_logout.logout,
+    auth_sessions_list.list_sessions,
+    auth_sessions_end.end_session,
+    auth_sessions_end_others.end_other_sessions,
     me.me,
     hope_attachments_create.create_hope_attachment,
     hope_attachments_list.list_hope_attachments,
