@@ -216,9 +216,9 @@ async def test_database_holds_no_token_in_clear(client: AsyncTestClient[Litestar
     assert "pw-123456" not in dump
 
 
-# Outside the `/api` router on purpose: the way to get a credential, and the answer from a notification
-# (its token is the credential: tests/test_push_e2e.py).
-PUBLIC_API_PATHS = {"/api/auth/login", "/api/push/actions"}
+# Outside the `/api` router on purpose: the ways to get a credential (a password, the secret), and the answer
+# from a notification (its token is the credential: tests/test_push_e2e.py).
+PUBLIC_API_PATHS = {"/api/auth/login", "/api/auth/session", "/api/push/actions"}
 
 
 def api_operations(app: Litestar) -> list[tuple[str, str]]:
