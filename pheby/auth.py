@@ -71,11 +71,13 @@ class Authenticator:
 
         A session token is no such credential: a stolen cookie can't be stretched into fresh sessions.
         """
-        principal = await self.from_secret(secret)
-        if principal is None or principal.via == "secret":
-            return principal
+        if not secret or hmac.compare_digest(secret.encode(), self._secret):
+            return await self.from_secret(secret)
+        judged_at = time.time()
         resolved = await self._accounts.resolve_token(secret)
-        return principal if resolved is not None and resolved.kind == "api" else None
+        if resolved is None or resolved.kind != "api":
+            return None
+        return await self._principal(resolved, "token", judged_at)
 
     async def from_session_cookie(self, connection: ASGIConnection[Any, Any, Any, Any]) -> Principal | None:
         """The live session the connection's cookie names (its name follows the scheme), else None."""
