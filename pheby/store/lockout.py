@@ -151,25 +151,6 @@ class LoginGuard:
                     raise RateLimited("Too many failed logins; try again later", retry_after=retry_after)
             yield
 
-    @asynccontextmanager
-    async def secret_attempt(self, address: str) -> AsyncIterator[None]:
-        """One exchange of a secret or API token for a session (`POST /api/auth/session`): limited per
-        address alone (no username to count by; a shared subject would let anyone lock the owner out)."""
-        async with AsyncExitStack() as turn:
-            with anyio.move_on_after(self.wait) as waiting:
-                await turn.enter_async_context(self.by_address.one_at_a_time(address))
-            if waiting.cancelled_caught:
-                raise RateLimited("Too many logins at once; try again in a few seconds", retry_after=1)
-            retry_after = await self.by_address.retry_after(address)
-            if retry_after is not None:
-                metrics.LOCKOUTS.labels(self.by_address.scope).inc()
-                raise RateLimited("Too many failed logins; try again later", retry_after=retry_after)
-            yield
-
-    async def record_secret_failure(self, address: str) -> None:
-        metrics.LOGIN_FAILURES.inc()
-        await self.by_address.record_failure(address)
-
     async def record_failure(self, address: str, username: str) -> None:
         metrics.LOGIN_FAILURES.inc()
         await self.by_address.record_failure(address)

@@ -35,8 +35,8 @@ export async function api(method, path, body) {
 }
 
 // POST /api/auth/login: the password starts a session; the answer's cookie is what this page keeps.
-export async function login(username, password) {
-  await api("POST", "/api/auth/login", { username, password });
+export function login(username, password) {
+  return api("POST", "/api/auth/login", { username, password });
 }
 
 // POST /api/auth/session: the owner secret (or an API token) starts a session, as above.

@@ -87,7 +87,9 @@ export class Client {
   async signIn(start, refused) {
     this.store.set({ signInError: "", status: "connecting" });
     try {
-      await start();
+      const answer = await start();
+      // A second factor is due (202): the sign-in form asks for the code (web/views/signin/second_factor.js).
+      if (answer && answer.second_factor) return this.store.set({ secondFactor: answer, status: "signed-out" });
       const me = await api("GET", "/api/me");
       this.connect({ kind: "session", name: me.name });
     } catch (error) {
