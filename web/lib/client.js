@@ -23,6 +23,9 @@ function scrollToMessage(messageId) {
 // How long after another tab's run starts its user turn is read back (Hermes stores it first).
 const SYNC_DELAY_MS = 300;
 
+// How long a page that could not ask the server whether it is signed in waits before asking again.
+const RESUME_RETRY_MS = 3000;
+
 // A notification opens `/?conversation=<id>`: that conversation is shown once signed in.
 const CONVERSATION_PARAMETER = "conversation";
 
@@ -68,8 +71,14 @@ export class Client {
     try {
       me = await api("GET", "/api/me");
     } catch (error) {
-      const text = error.status === 401 || error.status === 403 ? "" : SENTENCES.offline;
-      this.store.set({ status: "signed-out", signInError: text });
+      if (error.status === 401 || error.status === 403) {
+        this.store.set({ status: "signed-out", signInError: "" });
+        return;
+      }
+      // The server is not reachable yet (or not ready): ask again, as the socket would reconnect.
+      this.store.set({ signInError: "Can't reach the server yet; still trying…" });
+      clearTimeout(this.resumeTimer);
+      this.resumeTimer = setTimeout(() => !this.store.state.session && this.resume(), RESUME_RETRY_MS);
       return;
     }
     this.connect({ kind: "session", name: me.name });
@@ -85,6 +94,7 @@ export class Client {
 
   // Starts a session (its cookie), then connects with a hello the cookie authenticates.
   async signIn(start, refused) {
+    clearTimeout(this.resumeTimer);
     this.store.set({ signInError: "", status: "connecting" });
     try {
       const answer = await start();
