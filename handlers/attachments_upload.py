@@ -37,7 +37,7 @@ UPLOAD = raw_body_operation(
     request_max_body_size=None,
     tags=["pheby"],
     operation_class=UPLOAD,
-    responses=errors(400, 401, 408, 413, 503),
+    responses=errors(400, 401, 403, 408, 413, 503),
 )
 async def upload_attachment(
     request: Request[Any, Any, Any],

@@ -1,7 +1,12 @@
 """Who is calling: the owner secret, an account token, or a Hope session cookie.
 
 One `Authenticator` serves every surface: `/api/*` (bearer or cookie, with the Origin rule for
-cookie mutations), `/attachments` (bearer, ApiKey or X-Pheby-Secret) and the WebSocket hello.
+cookie mutations), `/attachments` (bearer, ApiKey, X-Pheby-Secret or the cookie, with the same Origin
+rule for uploads) and the WebSocket (a hello's secret or token, or the cookie its handshake carried;
+a browser's handshake from another origin is refused before any of that).
+
+A stored token's `last_used_at` is written when it authenticates something, at most once a
+`LAST_USED_EVERY_SECONDS` per token, so reads don't each become a write.
 """
 
 import hmac
@@ -16,7 +21,7 @@ from litestar.connection import ASGIConnection
 from pheby import metrics
 from pheby.errors import Forbidden, RateLimited, Unauthorized
 from pheby.settings import Settings
-from pheby.store.accounts import Account, Accounts
+from pheby.store.accounts import Account, Accounts, ResolvedToken
 from pheby.store.lockout import BearerFailures
 
 SESSION_COOKIE = "hope_session"
@@ -25,6 +30,7 @@ SECURE_SESSION_COOKIE = "__Host-hope_session"
 MUTATING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # What `Accounts.issue_token` hands out: anything else is no token, so it is refused without a query.
 TOKEN_SHAPE = re.compile(r"phb_[A-Za-z0-9_-]{43}")
+LAST_USED_EVERY_SECONDS = 60.0
 
 
 class Principal(msgspec.Struct, frozen=True, kw_only=True):
@@ -68,9 +74,46 @@ class Authenticator:
         resolved = await self._accounts.resolve_token(secret)
         if resolved is None:
             return None
+        return await self._principal(resolved, "token", judged_at)
+
+    async def for_session_exchange(self, secret: str) -> Principal | None:
+        """What `POST /api/auth/session` trades for a session: `PHEBY_SECRET` or an account's API token.
+
+        A session token is no such credential: a stolen cookie can't be stretched into fresh sessions.
+        """
+        if not secret or hmac.compare_digest(secret.encode(), self._secret):
+            return await self.from_secret(secret)
+        judged_at = time.time()
+        resolved = await self._accounts.resolve_token(secret)
+        if resolved is None or resolved.kind != "api":
+            return None
+        return await self._principal(resolved, "token", judged_at)
+
+    async def from_session_cookie(self, connection: ASGIConnection[Any, Any, Any, Any]) -> Principal | None:
+        """The live session the connection's cookie names (its name follows the scheme), else None."""
+        cookie = connection.cookies.get(session_cookie_name(https=self.is_https(connection)))
+        if not cookie:
+            return None
+        judged_at = time.time()
+        resolved = await self._accounts.resolve_token(cookie)
+        if resolved is None or resolved.kind != "session":
+            return None
+        return await self._principal(resolved, "cookie", judged_at)
+
+    def origin_allowed(self, connection: ASGIConnection[Any, Any, Any, Any]) -> bool:
+        """Whether the connection's `Origin` may act with the cookie: the server's own origin (Pheby Web)
+        or one of `PHEBY_ALLOWED_ORIGINS` (Hope's web client); an absent Origin: False."""
+        origin = connection.headers.get("origin")
+        if origin is None:
+            return False
+        return origin in (self._allowed_origins | {self.own_origin(connection)})
+
+    async def _principal(self, resolved: ResolvedToken, via: Literal["token", "cookie"], judged_at: float) -> Principal:
+        if resolved.last_used_at is None or judged_at - resolved.last_used_at >= LAST_USED_EVERY_SECONDS:
+            await self._accounts.mark_used(resolved.token_id)
         return Principal(
             account=resolved.account,
-            via="token",
+            via=via,
             token_id=resolved.token_id,
             expires_at=resolved.expires_at,
             judged_at=judged_at,
@@ -81,26 +124,17 @@ class Authenticator:
         bearer = _bearer(connection.headers.get("authorization", ""))
         if bearer is not None:
             return await self._from_bearer(connection, bearer)
-        cookie = connection.cookies.get(session_cookie_name(https=self.is_https(connection)))
-        if not cookie:
-            raise Unauthorized()
-        resolved = await self._accounts.resolve_token(cookie)
-        if resolved is None or resolved.kind != "session":
-            raise Unauthorized("Invalid or expired session")
-        if connection.scope.get("method") in MUTATING_METHODS:
-            self._check_origin(connection)
-        return Principal(
-            account=resolved.account, via="cookie", token_id=resolved.token_id, expires_at=resolved.expires_at
-        )
+        return await self._by_cookie(connection)
 
     async def for_attachments(self, connection: ASGIConnection[Any, Any, Any, Any]) -> Principal:
-        """The `/attachments` rule: `Bearer`, `ApiKey` or `X-Pheby-Secret`, secret or account token."""
+        """The `/attachments` rule: `Bearer`, `ApiKey` or `X-Pheby-Secret` (secret or account token),
+        else the session cookie, under the `/api` cookie rule (an upload needs an allowed Origin)."""
         header = connection.headers.get("authorization", "")
         scheme, _, value = header.partition(" ")
         secret = value.strip() if scheme.lower() in ("bearer", "apikey") else ""
         secret = secret or connection.headers.get("x-pheby-secret", "").strip()
         if not secret:
-            raise Unauthorized()
+            return await self._by_cookie(connection)
         return await self._from_bearer(connection, secret)
 
     async def _from_bearer(self, connection: ASGIConnection[Any, Any, Any, Any], secret: str) -> Principal:
@@ -125,6 +159,16 @@ class Authenticator:
             self.bearer_failures.record_failure(address)
             raise Unauthorized("Invalid or expired credentials")
         self.bearer_failures.vouch(address, secret)
+        return principal
+
+    async def _by_cookie(self, connection: ASGIConnection[Any, Any, Any, Any]) -> Principal:
+        if not connection.cookies.get(session_cookie_name(https=self.is_https(connection))):
+            raise Unauthorized()
+        principal = await self.from_session_cookie(connection)
+        if principal is None:
+            raise Unauthorized("Invalid or expired session")
+        if connection.scope.get("method") in MUTATING_METHODS:
+            self._check_origin(connection)
         return principal
 
     def client_address(self, connection: ASGIConnection[Any, Any, Any, Any]) -> str:
@@ -170,11 +214,9 @@ class Authenticator:
         return any(ip in network for network in self._trusted_proxies)
 
     def _check_origin(self, connection: ASGIConnection[Any, Any, Any, Any]) -> None:
-        origin = connection.headers.get("origin")
-        if origin is None:
+        if connection.headers.get("origin") is None:
             raise Forbidden("Cookie-authenticated changes need an Origin header")
-        allowed = self._allowed_origins or {self.own_origin(connection)}
-        if origin not in allowed:
+        if not self.origin_allowed(connection):
             raise Forbidden("Origin not allowed")
 
 

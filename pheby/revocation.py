@@ -41,6 +41,7 @@ CHECK_SECONDS = 1.0
 RUN_CANCEL_WAIT_SECONDS = 2.0  # how long sockets wait for the account's runs to be cancelled before closing
 
 LOGGED_OUT = "Logged out"
+SESSION_ENDED = "This session was ended from the Security page"
 EXPIRED = "Your session has expired"
 REVOKED = "Your credentials were revoked or have expired"
 ACCOUNT_DISABLED = "This account was disabled"

@@ -35,6 +35,7 @@ from pheby.store.changes import ChangeFeed
 from pheby.store.conversations import Conversations
 from pheby.store.lockout import AddressSlots, FailureLimiter, LoginGuard
 from pheby.store.second_factor import CodeAttempts, SecondFactors
+from pheby.store.sessions import Sessions
 from pheby.store.task_owners import TaskOwners
 from storage import BlobStore, StorageError, open_blob_store
 
@@ -54,6 +55,7 @@ class Services:
         self.blobs = blobs
         self.hermes = hermes
         self.login_guard = LoginGuard(db)
+        self.sessions = Sessions(db)  # a person's sessions, listed and ended (the Security page)
         self.hello_limiter = FailureLimiter(db, "hello")
         self.push_action_limiter = FailureLimiter(db, "push_action", limit=10)  # answers with a wrong token
         self.second_factors = SecondFactors(db)  # TOTP secrets, recovery codes, sign-in tickets

@@ -75,7 +75,7 @@ class WebPage:
         self.confirm_dialogs = True
 
     def _on_console(self, message: ConsoleMessage) -> None:
-        if message.type == "error":
+        if message.type == "error" and not _expected_refusal(message):
             self.console_errors.append(message.text)
 
     def _on_dialog(self, dialog: Dialog) -> None:
@@ -88,6 +88,18 @@ class WebPage:
     def open(self) -> "WebPage":
         self.page.goto(self.live.base_url + "/")
         return self
+
+    def stored(self) -> str:
+        """Everything the page keeps in localStorage and sessionStorage, as one JSON text."""
+        kept: str = self.page.evaluate("JSON.stringify([{...localStorage}, {...sessionStorage}])")
+        return kept
+
+    def session_cookie(self) -> str:
+        """The value of the page's session cookie (HttpOnly: read from the browser, not the page)."""
+        [value] = [
+            c["value"] for c in self.page.context.cookies() if c["name"] in ("hope_session", "__Host-hope_session")
+        ]
+        return value
 
     def sign_in(self, secret: str | None = None) -> "WebPage":
         self.open()
@@ -124,6 +136,17 @@ class WebPage:
     def assert_no_console_errors(self, allow: str | None = None) -> None:
         unexpected = [e for e in self.console_errors if not (allow and re.search(allow, e))]
         assert unexpected == []
+
+
+# The page asks whether its cookie still signs it in (`GET /api/me`: 401 when not), and a refused sign-in is
+# said to the person: Chromium logs those answers as console errors, but they are the page's ordinary path.
+SIGN_IN_PATHS = ("/api/me", "/api/auth/session", "/api/auth/login")
+
+
+def _expected_refusal(message: ConsoleMessage) -> bool:
+    url = message.location.get("url", "")
+    refused = re.search(r"status of (401|429)\b", message.text) is not None
+    return refused and any(url.endswith(path) for path in SIGN_IN_PATHS)
 
 
 def wait_until(page: Page, condition: Callable[[], T], what: str, timeout_ms: int = 15_000) -> T:

@@ -152,13 +152,17 @@ async def test_the_caller_is_checked_before_the_body_is_parsed(
     assert foreign.status_code == 403  # a cookie without the Origin rule met: refused before parsing too
 
 
-async def test_configured_origins_replace_the_default(make_settings: Callable[..., Settings]) -> None:
+async def test_configured_origins_are_allowed_beside_the_servers_own(make_settings: Callable[..., Settings]) -> None:
+    # The server's own origin stays allowed: Pheby Web works over its cookie alone.
     settings = make_settings(allowed_origins=("https://hope.example",))
     await add_account(settings, "alice")
     async with AsyncTestClient(create_app(settings), base_url=BASE) as client:
         assert (await login(client)).status_code == 200
-        assert (await client.post("/api/auth/logout", headers={"Origin": BASE})).status_code == 403
+        refused = await client.post("/api/auth/logout", headers={"Origin": "https://evil.example"})
+        assert refused.status_code == 403
         assert (await client.post("/api/auth/logout", headers={"Origin": "https://hope.example"})).status_code == 200
+        assert (await login(client)).status_code == 200
+        assert (await client.post("/api/auth/logout", headers={"Origin": BASE})).status_code == 200
 
 
 async def test_bearer_mutation_needs_no_origin(client: AsyncTestClient[Litestar]) -> None:
@@ -213,9 +217,9 @@ async def test_database_holds_no_token_in_clear(client: AsyncTestClient[Litestar
     assert "pw-123456" not in dump
 
 
-# Outside the `/api` router on purpose: the way to get a credential, and the answer from a notification
-# (its token is the credential: tests/test_push_e2e.py).
-PUBLIC_API_PATHS = {"/api/auth/login", "/api/auth/login/totp", "/api/push/actions"}
+# Outside the `/api` router on purpose: the ways to get a credential (a password and its code step, the
+# secret), and the answer from a notification (its token is the credential: tests/test_push_e2e.py).
+PUBLIC_API_PATHS = {"/api/auth/login", "/api/auth/login/totp", "/api/auth/session", "/api/push/actions"}
 
 
 def api_operations(app: Litestar) -> list[tuple[str, str]]:

@@ -5,10 +5,13 @@ from collections.abc import Callable
 
 import httpx
 import pytest
+from websockets.exceptions import InvalidStatus
+from websockets.typing import Origin
 
 from pheby.settings import Settings, SettingsError, load_settings
 from tests.live_server import LiveServer
 from tests.test_auth import add_account
+from tests.ws_client import PhebyClient
 
 pytestmark = [pytest.mark.anyio, pytest.mark.live]
 
@@ -83,6 +86,22 @@ async def test_the_public_url_is_the_own_origin_and_makes_the_cookie_secure(
         assert await logout_status(http, token, f"http://{host}", {}, https=True) == 403
         assert await logout_status(http, token, "https://evil.example", {}, https=True) == 403
         assert await logout_status(http, token, "https://pheby.example.com", {}, https=True) == 200
+        # The secret's session too: its cookie is `__Host-hope_session`, and the WebSocket reads that one.
+        session = await http.post("/api/auth/session", json={"secret": server.secret})
+        assert session.headers["set-cookie"].startswith("__Host-hope_session=")
+        assert "secure" in session.headers["set-cookie"].lower()
+        token = session.json()["token"]
+    for name, origin, answer in (
+        ("__Host-hope_session", "https://pheby.example.com", "ready"),
+        ("hope_session", "https://pheby.example.com", "error"),  # the plain name is no credential over https
+    ):
+        headers = {"Cookie": f"{name}={token}"}
+        async with await PhebyClient.connect(server.ws_url, origin=Origin(origin), additional_headers=headers) as ws:
+            await ws.send("hello", protocol_version=1)
+            await ws.expect(answer)
+    with pytest.raises(InvalidStatus) as refused:  # its own origin is the public URL's, not the Host's
+        await PhebyClient.connect(server.ws_url, origin=Origin(f"http://{host}"))
+    assert refused.value.response.status_code == 403
 
 
 def test_the_public_url_is_validated() -> None:

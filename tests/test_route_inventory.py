@@ -37,6 +37,7 @@ OUTSIDE_THE_GUARD: dict[str, Credential] = {
     "/readyz": "none",
     "/api/auth/login": "none",  # the way to get a credential
     "/api/auth/login/totp": "none",  # its second step: the ticket and the code are the credential
+    "/api/auth/session": "none",  # the owner secret or an API token, traded for a session
     "/api/push/actions": "answer token",  # a notification's single-use answer token
     "/ws": "hello",  # its first message authenticates it
     "/attachments": "account",  # Bearer, ApiKey or X-Pheby-Secret

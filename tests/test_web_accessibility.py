@@ -95,6 +95,10 @@ def test_axe_finds_nothing_serious_from_sign_in_to_the_workspace(
         expect(web.page.get_by_role("tab", name="Artifacts")).to_be_visible()
         expect(web.page.locator(".workspace-body")).not_to_contain_text("Loading")
         assert serious_violations(web.page) == [], "the workspace"
+
+        web.page.get_by_role("button", name="Security", exact=True).click()
+        expect(web.page.get_by_role("list", name="Sessions").get_by_role("listitem")).to_have_count(1)
+        assert serious_violations(web.page) == [], "the Security page"
         web.assert_no_console_errors()
     finally:
         web.page.context.close()

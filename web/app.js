@@ -9,6 +9,7 @@ import { Sidebar } from "./views/sidebar.js";
 import { ChatView } from "./views/chat.js";
 import { ChatSettings, YoloSwitch, YoloWarning } from "./views/settings.js";
 import { Workspace } from "./views/workspace.js";
+import { Security } from "./views/security.js";
 import { SlidersIcon, MenuIcon } from "./views/icons.js";
 
 const store = new Store();
@@ -44,6 +45,7 @@ function App() {
   const [menuOpen, setMenuOpen] = useState(false);
   const [workspaceOpen, setWorkspaceOpen] = useState(false);
   const [settingsOpen, setSettingsOpen] = useState(false);
+  const [securityOpen, setSecurityOpen] = useState(false);
   const phone = usePhoneLayout();
   const drawerOpen = phone && menuOpen;
   const sidebar = useRef(null);
@@ -88,7 +90,8 @@ function App() {
   return html`<div class=${`shell${workspaceOpen ? " with-workspace" : ""}`}>
     <${Sidebar} client=${client} state=${state} open=${menuOpen} hidden=${(phone && !menuOpen) || workspaceCovers}
       navRef=${sidebar} workspaceButtonRef=${workspaceButton} workspaceOpen=${workspaceOpen}
-      onPick=${() => setMenuOpen(false)} onWorkspace=${() => { setWorkspaceOpen(!workspaceOpen); setMenuOpen(false); }} />
+      securityOpen=${securityOpen} onSecurity=${() => { setSecurityOpen(true); setMenuOpen(false); }}
+      onPick=${() => { setMenuOpen(false); setSecurityOpen(false); }} onWorkspace=${() => { setWorkspaceOpen(!workspaceOpen); setMenuOpen(false); }} />
     ${menuOpen && html`<div class="scrim" onClick=${() => setMenuOpen(false)}></div>`}
     <main class="main" inert=${drawerOpen || workspaceCovers} onClick=${() => menuOpen && setMenuOpen(false)}>
       <${Header} state=${state} conversation=${conversation} menuOpen=${menuOpen} menuButtonRef=${menuButton}
@@ -96,7 +99,12 @@ function App() {
         settingsOpen=${settingsOpen} onSettings=${() => setSettingsOpen(!settingsOpen)} />
       ${conversation && settingsOpen && html`<${ChatSettings} client=${client} state=${state} conversationId=${conversation.conversation_id} chat=${chat} />`}
       ${conversation && html`<${YoloWarning} chat=${chat} />`}
-      ${conversation
+      ${securityOpen
+        ? html`<div class="security-page">
+            <button class="back" onClick=${() => setSecurityOpen(false)}>Back to the conversation</button>
+            <${Security} client=${client} state=${state} />
+          </div>`
+        : conversation
         ? html`<${ChatView} key=${conversation.conversation_id} client=${client} state=${state} conversation=${conversation} />`
         : html`<div class="welcome"><h2>Welcome</h2><p class="muted">Pick a conversation or start a new one.</p>
             <button class="primary" onClick=${() => client.create()}>New chat</button></div>`}

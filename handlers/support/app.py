@@ -27,6 +27,10 @@ from handlers import (
     auth_login,
     auth_login_totp,
     auth_logout,
+    auth_session,
+    auth_sessions_end,
+    auth_sessions_end_others,
+    auth_sessions_list,
     auth_totp_disable,
     auth_totp_enable,
     auth_totp_setup,
@@ -82,11 +86,12 @@ from scheduler import running_scheduler
 PUBLIC_ROUTES: list[ControllerRouterHandler] = [
     health.healthz,
     readyz.readyz,
-    auth_login.login,  # the way to get a credential
+    auth_login.login,  # the ways to get a credential: a password,
     auth_login_totp.login_totp,  # its code step: the ticket of a right password and a code
+    auth_session.start_session_with_secret,  # the owner secret or an API token
     push_actions.answer_push_action,  # the answer token is the credential
-    pheby_socket,  # authenticates with its hello message
-    attachments_upload.upload_attachment,  # Bearer, ApiKey or X-Pheby-Secret
+    pheby_socket,  # authenticates with its hello message (or the cookie); a foreign Origin is refused first
+    attachments_upload.upload_attachment,  # Bearer, ApiKey, X-Pheby-Secret or the session cookie
     attachments_download.download_attachment,
     internal_plugin_events.plugin_event,  # the plugin secret
     internal_plugin_media.plugin_media,
@@ -99,6 +104,9 @@ PUBLIC_ROUTES: list[ControllerRouterHandler] = [
 # Mounted under `/api` behind the `authenticated` guard: a route added here is protected by that alone.
 API_ROUTES: list[ControllerRouterHandler] = [
     auth_logout.logout,
+    auth_sessions_list.list_sessions,
+    auth_sessions_end.end_session,
+    auth_sessions_end_others.end_other_sessions,
     me.me,
     auth_totp_status.totp_status,
     auth_totp_setup.totp_setup,

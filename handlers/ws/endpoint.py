@@ -6,6 +6,10 @@ server's socket cap (`PHEBY_WS_MAX_CONNECTIONS`, counted before hello) a socket 
 with `rate_limited` and 1013; beyond an account's cap, its hello is answered `rate_limited`.
 The connection remembers the credential of its hello, so its revocation closes it
 (`pheby.revocation`); from then on its messages are ignored.
+
+A handshake whose `Origin` is present and not allowed (the server's own origin, `PHEBY_ALLOWED_ORIGINS`)
+is refused before it is accepted (HTTP 403), whatever credential would follow: a page of another site
+can't open a socket that rides the person's cookie. Without `Origin` (a native app) it is served.
 """
 
 import logging
@@ -32,6 +36,10 @@ log = logging.getLogger("pheby.ws")
 @websocket("/ws")
 async def pheby_socket(socket: WebSocket[Any, Any, Any], services: NamedDependency[Services]) -> None:
     hub = services.hub
+    if socket.headers.get("origin") is not None and not services.authenticator.origin_allowed(socket):
+        metrics.HELLOS_REFUSED.labels("forbidden_origin").inc()
+        await socket.close(CLOSE_POLICY_VIOLATION)  # before accept: the server answers the handshake 403
+        return
     await socket.accept()
     if not hub.claim_socket():
         full = error_event("rate_limited", "The server holds too many connections; try again later")

@@ -1,4 +1,4 @@
-"""`hello` — only valid as the first frame; `handshake.py` authenticates it.
+"""`hello` — only valid as the first frame; `handshake.py` authenticates it (its secret, or the cookie).
 
 Unknown fields are refused, as in every client message (the spec allows none): protocol changes
 come with a new `protocol_version`, which the handshake checks first, so a later client is told
@@ -20,9 +20,14 @@ MAX_FEATURE_CHARS = 64
 Feature = Annotated[str, msgspec.Meta(max_length=MAX_FEATURE_CHARS)]
 
 
+MAX_SECRET_CHARS = 4096
+
+
 class Hello(ClientMessage, frozen=True, tag="hello"):
-    secret: str
     protocol_version: int
+    # The owner secret or an account's token (the Pheby app); absent, the session cookie the
+    # handshake carried authenticates the hello (Pheby Web, which holds no secret).
+    secret: Annotated[str, msgspec.Meta(max_length=MAX_SECRET_CHARS)] | UnsetType = UNSET
     # Extensions the client asks for (docs/protocol-extensions.md); `ready` says which were granted.
     features: Annotated[list[Feature], msgspec.Meta(max_length=MAX_FEATURES)] | UnsetType = UNSET
 

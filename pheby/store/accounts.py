@@ -70,6 +70,7 @@ class ResolvedToken(msgspec.Struct, frozen=True):
     token_id: str
     kind: TokenKind
     expires_at: float | None = None
+    last_used_at: float | None = None
 
 
 class CredentialState(msgspec.Struct, frozen=True):
@@ -266,7 +267,8 @@ class Accounts:
         now = self._clock()
         row = await self._db.run(
             lambda c: c.execute(
-                "SELECT a.*, t.id AS token_id, t.kind AS token_kind, t.expires_at AS token_expires_at "
+                "SELECT a.*, t.id AS token_id, t.kind AS token_kind, t.expires_at AS token_expires_at, "
+                "t.last_used_at AS token_last_used_at "
                 "FROM auth_tokens t JOIN accounts a ON a.id = t.account_id "
                 "WHERE t.token_sha256 = ? AND t.revoked_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > ?) "
                 "AND a.disabled = 0",
@@ -280,7 +282,13 @@ class Accounts:
             token_id=row["token_id"],
             kind=row["token_kind"],
             expires_at=row["token_expires_at"],
+            last_used_at=row["token_last_used_at"],
         )
+
+    async def mark_used(self, token_id: str) -> None:
+        """The token authenticated something just now (the caller throttles how often this is written)."""
+        now = self._clock()
+        await self._db.run(lambda c: c.execute("UPDATE auth_tokens SET last_used_at = ? WHERE id = ?", (now, token_id)))
 
     async def revoke_token(self, token_id: str) -> None:
         now = self._clock()

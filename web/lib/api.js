@@ -1,5 +1,5 @@
-// HTTP with the signed-in credential as the bearer: the Hope REST API under /api, and the
-// Pheby attachment endpoints (uploads with progress, authenticated downloads as blob: URLs).
+// HTTP over the session cookie (HttpOnly: this page never holds a secret or a token): the Hope REST
+// API under /api, and the Pheby attachment endpoints (uploads with progress, downloads as blob: URLs).
 
 export class HttpError extends Error {
   constructor(status, code, message, body) {
@@ -8,11 +8,6 @@ export class HttpError extends Error {
     this.code = code;
     this.body = body;
   }
-}
-
-let bearer = "";
-export function setBearer(token) {
-  bearer = token;
 }
 
 async function errorFrom(response) {
@@ -28,8 +23,8 @@ async function errorFrom(response) {
 
 // A JSON call to the REST API; resolves with the parsed body, rejects with an HttpError.
 export async function api(method, path, body) {
-  const headers = { Authorization: `Bearer ${bearer}` };
-  const init = { method, headers, credentials: "omit" };
+  const headers = {};
+  const init = { method, headers, credentials: "same-origin" };
   if (body !== undefined) {
     headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
@@ -39,32 +34,30 @@ export async function api(method, path, body) {
   return response.status === 204 ? null : response.json();
 }
 
-// POST /api/auth/login: {token, expires_at}. No bearer: the password is the credential.
-export async function login(username, password) {
-  const response = await fetch("/api/auth/login", {
-    method: "POST",
-    headers: { "Content-Type": "application/json" },
-    body: JSON.stringify({ username, password }),
-    credentials: "omit",
-  });
-  if (!response.ok) throw await errorFrom(response);
-  return response.json();
+// POST /api/auth/login: the password starts a session; the answer's cookie is what this page keeps.
+export function login(username, password) {
+  return api("POST", "/api/auth/login", { username, password });
+}
+
+// POST /api/auth/session: the owner secret (or an API token) starts a session, as above.
+export async function startSession(secret) {
+  await api("POST", "/api/auth/session", { secret });
 }
 
 // The bytes behind an authenticated URL, as a Blob.
 export async function fetchBlob(path) {
-  const response = await fetch(path, { headers: { Authorization: `Bearer ${bearer}` }, credentials: "omit" });
+  const response = await fetch(path, { credentials: "same-origin" });
   if (!response.ok) throw await errorFrom(response);
   return response.blob();
 }
 
 // POST /attachments with the raw bytes; XHR rather than fetch because it reports upload progress.
+// A same-origin XHR carries the session cookie, and the browser adds the Origin the server checks.
 export function uploadAttachment(conversationId, file, onProgress) {
   return new Promise((resolve, reject) => {
     const query = new URLSearchParams({ conversation_id: conversationId, filename: file.name || "pasted-file" });
     const xhr = new XMLHttpRequest();
     xhr.open("POST", `/attachments?${query}`);
-    xhr.setRequestHeader("Authorization", `Bearer ${bearer}`);
     xhr.setRequestHeader("Content-Type", file.type || "application/octet-stream");
     xhr.upload.onprogress = (event) => {
       if (event.lengthComputable) onProgress(event.loaded / event.total);

@@ -1,8 +1,7 @@
 // What the views can ask for: each action sends protocol messages or REST calls and feeds the
 // answers to the store. The one place that knows which message answers which.
 import { PhebyConnection, ProtocolError, socketUrl } from "./protocol.js";
-import { api, login, setBearer } from "./api.js";
-import { clearCredential, loadCredential, saveCredential } from "./credentials.js";
+import { api, login, startSession } from "./api.js";
 import { turnOffNotifications } from "./push.js";
 
 // Messages per conversation.open page; older pages load as the person scrolls up.
@@ -24,6 +23,9 @@ function scrollToMessage(messageId) {
 // How long after another tab's run starts its user turn is read back (Hermes stores it first).
 const SYNC_DELAY_MS = 300;
 
+// How long a page that could not ask the server whether it is signed in waits before asking again.
+const RESUME_RETRY_MS = 3000;
+
 // A notification opens `/?conversation=<id>`: that conversation is shown once signed in.
 const CONVERSATION_PARAMETER = "conversation";
 
@@ -39,6 +41,7 @@ const SENTENCES = {
   clarify_not_found: "That question is no longer waiting (answered elsewhere or expired).",
   too_large: "That is too large for the server.",
   offline: "Not connected to the server right now.",
+  session_ended: "Your session has ended. Sign in again.",
 };
 
 export function sentence(error) {
@@ -60,41 +63,57 @@ export class Client {
 
   // --- session ---------------------------------------------------------------------------
 
-  resume() {
-    const saved = loadCredential();
-    if (saved) this.connect(saved.session, saved.keep);
+  // The page keeps no credential: the HttpOnly session cookie is the sign-in. On load, `GET /api/me`
+  // says whether it still works (200: connect; else the sign-in screen).
+  async resume() {
+    this.store.set({ status: "connecting" });
+    let me;
+    try {
+      me = await api("GET", "/api/me");
+    } catch (error) {
+      if (error.status === 401 || error.status === 403) {
+        this.store.set({ status: "signed-out", signInError: "" });
+        return;
+      }
+      // The server is not reachable yet (or not ready): ask again, as the socket would reconnect.
+      this.store.set({ signInError: "Can't reach the server yet; still trying…" });
+      clearTimeout(this.resumeTimer);
+      this.resumeTimer = setTimeout(() => !this.store.state.session && this.resume(), RESUME_RETRY_MS);
+      return;
+    }
+    this.connect({ kind: "session", name: me.name });
   }
 
-  async signInWithSecret(secret, keep) {
-    this.connect({ secret: secret.trim(), kind: "owner" }, keep);
+  async signInWithSecret(secret) {
+    await this.signIn(() => startSession(secret.trim()), SENTENCES.unauthorized);
   }
 
-  async signInWithPassword(username, password, keep) {
+  async signInWithPassword(username, password) {
+    await this.signIn(() => login(username, password), "That username and password don't match an account.");
+  }
+
+  // Starts a session (its cookie), then connects with a hello the cookie authenticates.
+  async signIn(start, refused) {
+    clearTimeout(this.resumeTimer);
     this.store.set({ signInError: "", status: "connecting" });
     try {
-      const answer = await login(username, password);
+      const answer = await start();
       // A second factor is due (202): the sign-in form asks for the code (web/views/signin/second_factor.js).
-      if (answer.second_factor) return this.store.set({ secondFactor: answer, status: "signed-out" });
-      this.connect({ secret: answer.token, kind: "password", username }, keep);
+      if (answer && answer.second_factor) return this.store.set({ secondFactor: answer, status: "signed-out" });
+      const me = await api("GET", "/api/me");
+      this.connect({ kind: "session", name: me.name });
     } catch (error) {
       const text =
-        error.status === 401
-          ? "That username and password don't match an account."
-          : error.status === 429
-            ? SENTENCES.rate_limited
-            : `Sign-in failed: ${error.message}`;
+        error.status === 401 ? refused : error.status === 429 ? SENTENCES.rate_limited : `Sign-in failed: ${error.message}`;
       this.store.set({ signInError: text, status: "signed-out" });
     }
   }
 
-  connect(session, keep) {
+  connect(session) {
     if (this.connection) this.connection.stop();
-    setBearer(session.secret);
     this.store.set({ session, signInError: "", status: "connecting", ready: false });
-    this.keep = keep;
     this.connection = new PhebyConnection({
       url: socketUrl(),
-      secret: session.secret,
       onEvent: (frame, meta) => this.onEvent(frame, meta),
       onStatus: (status, detail) => this.onStatus(status, detail),
     });
@@ -102,28 +121,24 @@ export class Client {
   }
 
   async signOut() {
-    const { session } = this.store.state;
     // Notifications are for the person signed in: the next one here must turn them on again.
     await turnOffNotifications();
-    if (session && session.kind === "password") {
-      try {
-        await api("POST", "/api/auth/logout");
-      } catch {
-        // the token is forgotten here either way
-      }
+    try {
+      await api("POST", "/api/auth/logout"); // ends the session, its cookie and its sockets
+    } catch {
+      // an already ended session: signed out either way
     }
-    clearCredential();
     if (this.connection) this.connection.stop();
     this.connection = null;
-    setBearer("");
     this.store.set({ session: null, ready: false, status: "signed-out", conversations: [], chats: {}, currentId: null, capabilities: null });
   }
 
   onStatus(status, detail = {}) {
     if (status === "rejected") {
-      clearCredential();
+      // An expired or ended session (or a locked-out address): back to the sign-in screen.
       this.connection = null;
-      this.store.set({ session: null, ready: false, status: "signed-out", signInError: SENTENCES[detail.code] || detail.message });
+      const text = detail.code === "unauthorized" ? SENTENCES.session_ended : SENTENCES[detail.code] || detail.message;
+      this.store.set({ session: null, ready: false, status: "signed-out", signInError: text });
       return;
     }
     this.store.set({ status });
@@ -132,7 +147,6 @@ export class Client {
     }
     if (status === "open") {
       this.store.set({ ready: true, signInError: "" });
-      if (detail.first) saveCredential(this.store.state.session, this.keep);
       this.afterReady(detail.first);
     }
   }

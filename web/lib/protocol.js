@@ -14,7 +14,7 @@ const REQUEST_TIMEOUT_MS = 30000;
 const BACKOFF_MIN_MS = 500;
 const BACKOFF_MAX_MS = 15000;
 
-// Handshake errors that retrying with the same secret cannot fix.
+// Handshake errors that retrying with the same cookie cannot fix.
 const FATAL_HELLO_CODES = new Set(["unauthorized", "version_mismatch", "rate_limited"]);
 
 // A request the server refused (its error code and message), or one that never got an answer.
@@ -26,9 +26,9 @@ export class ProtocolError extends Error {
 }
 
 export class PhebyConnection {
-  constructor({ url, secret, onEvent, onStatus }) {
+  // No secret: the hello is authenticated by the session cookie the WebSocket handshake carries.
+  constructor({ url, onEvent, onStatus }) {
     this.url = url;
-    this.secret = secret;
     this.onEvent = onEvent;
     this.onStatus = onStatus;
     this.pending = new Map(); // request_id -> {resolve, reject, timer}
@@ -68,7 +68,7 @@ export class PhebyConnection {
     this.streams.clear(); // numbered by the connection they came on
     socket.onopen = () => {
       socket.send(
-        JSON.stringify({ type: "hello", secret: this.secret, protocol_version: PROTOCOL_VERSION, request_id: "hello", features: FEATURES }),
+        JSON.stringify({ type: "hello", protocol_version: PROTOCOL_VERSION, request_id: "hello", features: FEATURES }),
       );
     };
     socket.onmessage = (message) => this.receive(socket, message.data);

@@ -70,7 +70,7 @@ export async function turnOnNotifications() {
   }
 }
 
-// Removes the server's record (while the bearer still works) and the browser's subscription. Never
+// Removes the server's record (while the session still works) and the browser's subscription. Never
 // rejects: a record the server could not be told about dies at the push service with the subscription.
 export async function turnOffNotifications() {
   const id = localStorage.getItem(KEY);

@@ -58,7 +58,7 @@ const STREAM_DRAW_MS = 50;
 export class Store {
   constructor() {
     this.state = {
-      session: null, // {secret, kind: "owner" | "password", username?}
+      session: null, // {kind: "session", name}: signed in over the session cookie (the page holds no credential)
       status: "signed-out", // signed-out | connecting | open | reconnecting
       ready: false, // the first `ready` came: the person is signed in
       signInError: "",

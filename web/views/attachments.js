@@ -1,5 +1,5 @@
-// Attachments in the transcript: inline images (fetched with the bearer into blob: URLs, since an
-// <img> can't send it) and download chips for everything else.
+// Attachments in the transcript: inline images (fetched over the session cookie into blob: URLs, so a
+// refusal is seen and said) and download chips for everything else.
 import { html, useEffect, useState } from "../lib/html.js";
 import { fetchBlob, saveBlob } from "../lib/api.js";
 

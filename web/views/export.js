@@ -1,4 +1,4 @@
-// A conversation's Export menu: its transcript as Markdown or JSON, downloaded with the bearer.
+// A conversation's Export menu: its transcript as Markdown or JSON, downloaded over the session cookie.
 import { fetchBlob, saveBlob } from "../lib/api.js";
 import { html, useState } from "../lib/html.js";
 import { sentence } from "../lib/client.js";

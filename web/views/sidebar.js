@@ -1,5 +1,5 @@
 // The conversation list: newest activity first, with search, create, rename, export and delete; below it this
-// browser's notifications switch, the workspace and sign-out.
+// browser's notifications switch, the workspace, the Security page and sign-out.
 import { html, useState } from "../lib/html.js";
 import { ExportMenu } from "./export.js";
 import { PencilIcon, TrashIcon } from "./icons.js";
@@ -51,7 +51,7 @@ function ConversationItem({ client, conversation, current, onPick }) {
 
 // `hidden`: off screen (the phone layout's closed drawer), so out of reach of the keyboard and of
 // assistive technology as well as of the eye.
-export function Sidebar({ client, state, onWorkspace, workspaceOpen, open, hidden, onPick, navRef, workspaceButtonRef }) {
+export function Sidebar({ client, state, onWorkspace, workspaceOpen, onSecurity, securityOpen, open, hidden, onPick, navRef, workspaceButtonRef }) {
   return html`<nav class=${`sidebar${open ? " open" : ""}`} aria-label="Conversations" inert=${hidden} ref=${navRef}>
     <div class="sidebar-head">
       <div class="brand"><span class="logo" aria-hidden="true">P</span><span>Pheby</span></div>
@@ -66,6 +66,7 @@ export function Sidebar({ client, state, onWorkspace, workspaceOpen, open, hidde
     <div class="sidebar-settings"><${NotificationsSwitch} /></div>
     <div class="sidebar-foot">
       <button ref=${workspaceButtonRef} aria-expanded=${workspaceOpen} onClick=${onWorkspace}>Workspace</button>
+      <button aria-current=${securityOpen ? "page" : undefined} onClick=${onSecurity}>Security</button>
       <button onClick=${() => client.signOut()}>Sign out</button>
     </div>
   </nav>`;

@@ -7,7 +7,6 @@ export function SignIn({ client, state }) {
   const [secret, setSecret] = useState("");
   const [username, setUsername] = useState("");
   const [password, setPassword] = useState("");
-  const [keep, setKeep] = useState(false);
   const busy = state.status === "connecting";
   if (state.secondFactor) {
     return html`<${SecondFactorStep} challenge=${state.secondFactor} onCancel=${() => client.store.set({ secondFactor: null })} />`;
@@ -15,8 +14,8 @@ export function SignIn({ client, state }) {
 
   const submit = (event) => {
     event.preventDefault();
-    if (mode === "secret") client.signInWithSecret(secret, keep);
-    else client.signInWithPassword(username, password, keep);
+    if (mode === "secret") client.signInWithSecret(secret);
+    else client.signInWithPassword(username, password);
   };
 
   return html`
@@ -37,10 +36,9 @@ export function SignIn({ client, state }) {
               <label>Password
                 <input type="password" name="password" autocomplete="current-password" required value=${password}
                   onInput=${(e) => setPassword(e.target.value)} /></label>`}
-        <label class="check"><input type="checkbox" checked=${keep} onChange=${(e) => setKeep(e.target.checked)} /> Keep me signed in</label>
         ${state.signInError && html`<p class="error" role="alert">${state.signInError}</p>`}
         <button class="primary" type="submit" disabled=${busy}>${busy ? "Signing in…" : "Sign in"}</button>
-        <p class="muted small">The secret is printed by <code>make run</code>. It stays in this tab unless you tick “Keep me signed in”.</p>
+        <p class="muted small">The secret is printed by <code>make run</code>. This page keeps no secret: signing in starts a session that you can end under Security.</p>
       </form>
     </main>`;
 }

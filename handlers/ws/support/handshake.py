@@ -1,4 +1,6 @@
-"""The first frame of a socket: a `hello` with the right protocol version and a valid secret.
+"""The first frame of a socket: a `hello` with the right protocol version and a valid secret, or,
+without a secret, the live session cookie the WebSocket handshake carried (Pheby Web). A browser's
+handshake from a foreign Origin never gets this far: `endpoint.py` refuses it before accepting.
 
 Anything else is a failed hello: answered with `version_mismatch`, `unauthorized`, `too_large`
 (a frame over 64 KiB) or `bad_request` (a request_id over 128 characters), counted toward the
@@ -81,7 +83,7 @@ async def _first_frame(socket: WebSocket[Any, Any, Any], services: Services, add
         if await limiter.is_locked(address):
             verdict: Welcome | Error = _locked_out(peek_request_id(raw))
         else:
-            verdict = await _judge(raw, services)
+            verdict = await _judge(raw, services, socket)
             if isinstance(verdict, Error):
                 await limiter.record_failure(address)
     if isinstance(verdict, Error):
@@ -104,7 +106,7 @@ class _VersionOnly(msgspec.Struct, frozen=True):
 _VERSION_ONLY = msgspec.json.Decoder(_VersionOnly)
 
 
-async def _judge(raw: bytes | str, services: Services) -> Welcome | Error:
+async def _judge(raw: bytes | str, services: Services, socket: WebSocket[Any, Any, Any]) -> Welcome | Error:
     """A welcome, or the handshake error that fits (each a failed hello).
 
     A hello that doesn't speak our protocol version is `version_mismatch` whatever else is in it,
@@ -128,9 +130,15 @@ async def _judge(raw: bytes | str, services: Services) -> Welcome | Error:
         if str(exc).endswith("at `$.request_id`"):
             return error_event("bad_request", f"request_id is limited to {MAX_REQUEST_ID_CHARS} characters")
         return error_event("unauthorized", f"Malformed hello: {exc}", request_id)
-    principal = await services.authenticator.from_secret(hello.secret)
-    if principal is None:
-        return error_event("unauthorized", "Invalid secret", request_id)
+    authenticator = services.authenticator
+    if hello.secret is UNSET:
+        principal = await authenticator.from_session_cookie(socket)
+        if principal is None:
+            return error_event("unauthorized", "No secret, and no live session", request_id)
+    else:
+        principal = await authenticator.from_secret(hello.secret)
+        if principal is None:
+            return error_event("unauthorized", "Invalid secret", request_id)
     features = UNSET if hello.features is UNSET else granted(hello.features)
     return Welcome(principal, request_id, features)
 
