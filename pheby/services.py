@@ -28,12 +28,14 @@ from pheby.runs.journal import RunJournal
 from pheby.runs.reattach import reattach
 from pheby.search.index import SearchIndex
 from pheby.settings import Settings
+from pheby.signin.oidc import OidcSignIn
 from pheby.store.accounts import Accounts
 from pheby.store.artifacts import ArtifactLimits, Artifacts
 from pheby.store.attachments import Attachments, attachment_added
 from pheby.store.changes import ChangeFeed
 from pheby.store.conversations import Conversations
 from pheby.store.lockout import AddressSlots, FailureLimiter, LoginGuard
+from pheby.store.oidc import OidcStore
 from pheby.store.task_owners import TaskOwners
 from storage import BlobStore, StorageError, open_blob_store
 
@@ -55,6 +57,7 @@ class Services:
         self.login_guard = LoginGuard(db)
         self.hello_limiter = FailureLimiter(db, "hello")
         self.push_action_limiter = FailureLimiter(db, "push_action", limit=10)  # answers with a wrong token
+        self.oidc = OidcSignIn(settings, OidcStore(db), accounts)  # OpenID Connect sign-in
         self.sockets_before_hello = AddressSlots(limit=8)
         self.hub = CoalescingHub(
             max_sockets=settings.ws_max_connections,

@@ -26,6 +26,9 @@ from handlers import (
     attachments_upload,
     auth_login,
     auth_logout,
+    auth_oidc,
+    auth_oidc_callback,
+    auth_oidc_start,
     capabilities,
     connectors,
     conversations_export,
@@ -77,6 +80,9 @@ PUBLIC_ROUTES: list[ControllerRouterHandler] = [
     health.healthz,
     readyz.readyz,
     auth_login.login,  # the way to get a credential
+    auth_oidc.oidc_offer,  # OpenID Connect: offered?, then to the provider and back (its state is the check)
+    auth_oidc_start.oidc_start,
+    auth_oidc_callback.oidc_callback,
     push_actions.answer_push_action,  # the answer token is the credential
     pheby_socket,  # authenticates with its hello message
     attachments_upload.upload_attachment,  # Bearer, ApiKey or X-Pheby-Secret
