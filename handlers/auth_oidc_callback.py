@@ -35,14 +35,16 @@ async def oidc_callback(request: Request[Any, Any, Any], services: NamedDependen
     query = request.query_params
     state, code, error = query.get("state") or "", query.get("code") or "", query.get("error") or ""
     try:
-        if not state or len(state) > MAX_PARAM_CHARS or len(code) > MAX_PARAM_CHARS:
-            raise OidcFailure("state", "callback without a usable state")
-        if request.cookies.get(state_cookie_name(https=https)) != state:
-            raise OidcFailure("state", "the state is not the one this browser was given")
-        if error:
-            await services.oidc.forget(state)
+        ours = bool(state) and request.cookies.get(state_cookie_name(https=https)) == state
+        if error:  # nothing to sign in with: say what the provider said (some leave the state out)
+            if ours:
+                await services.oidc.forget(state)
             answered = f"the provider answered {error[:64]!r}"
             raise OidcFailure("denied" if error == "access_denied" else "provider", answered)
+        if not state or len(state) > MAX_PARAM_CHARS or len(code) > MAX_PARAM_CHARS:
+            raise OidcFailure("state", "callback without a usable state")
+        if not ours:
+            raise OidcFailure("state", "the state is not the one this browser was given")
         if not code:
             raise OidcFailure("provider", "callback without a code")
         claims = await services.oidc.finish(state=state, code=code, redirect_uri=callback_url(request, services))

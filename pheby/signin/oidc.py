@@ -26,7 +26,7 @@ from authlib.oauth2.rfc6749.parameters import prepare_grant_uri, prepare_token_r
 from authlib.oauth2.rfc7636 import create_s256_code_challenge
 from authlib.oidc.core import CodeIDToken
 from joserfc import jwt
-from joserfc.errors import InvalidKeyIdError, JoseError
+from joserfc.errors import BadSignatureError, InvalidKeyIdError, JoseError
 from joserfc.jwk import KeySet
 from joserfc.jws import JWSRegistry
 
@@ -72,6 +72,14 @@ class OidcFailure(Exception):
         super().__init__(f"{code}: {detail}")
         self.code: FailureCode = code
         self.detail = detail
+
+
+class SignatureFailure(OidcFailure):
+    """The ID token's signature is not one of the keys at hand: a forgery, or keys the provider has rotated
+    since they were fetched (the caller fetches them again, once)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__("token", detail)
 
 
 class ProviderMetadata(msgspec.Struct, frozen=True):
@@ -142,15 +150,15 @@ def validate_id_token(
 ) -> dict[str, Any]:
     """The ID token's claims once its signature (by one of `keys`) and its claims hold: `iss` is `issuer`,
     `aud` holds `client_id` (and `azp` is it when there are several audiences), `exp`/`iat` are
-    present and `exp` not past, `nonce` is the one sent. Raises `InvalidKeyIdError` when no key of
-    `keys` has the token's `kid` (the caller refetches the JWKS once), `OidcFailure("token")` otherwise."""
+    present and `exp` not past, `nonce` is the one sent. Raises `SignatureFailure` when no key of `keys`
+    signed it (the caller may fetch the keys again, once), `OidcFailure("token")` for anything else."""
     allowed = [alg for alg in algorithms if alg in SIGNING_ALGORITHMS] or ["RS256"]
     try:
         token = jwt.decode(id_token, keys, registry=JWSRegistry(algorithms=allowed, strict_check_header=False))
-    except InvalidKeyIdError:
-        raise
+    except (InvalidKeyIdError, BadSignatureError) as exc:
+        raise SignatureFailure(f"ID token not signed by the provider's keys ({type(exc).__name__})") from None
     except (JoseError, ValueError) as exc:
-        raise OidcFailure("token", f"ID token signature not valid ({type(exc).__name__})") from None
+        raise OidcFailure("token", f"ID token not valid ({type(exc).__name__})") from None
     claims = CodeIDToken(
         token.claims,
         token.header,
@@ -251,11 +259,8 @@ class OidcSignIn:
         }
         try:
             claims = validate_id_token(tokens.id_token, await self.keys(), **check)
-        except InvalidKeyIdError:  # the provider rotated its keys: fetch them again, once
-            try:
-                claims = validate_id_token(tokens.id_token, await self.keys(refresh=True), **check)
-            except InvalidKeyIdError:
-                raise OidcFailure("token", "ID token signed by a key not in the provider's JWKS") from None
+        except SignatureFailure:  # the provider may have rotated its keys: fetch them again, once
+            claims = validate_id_token(tokens.id_token, await self.keys(refresh=True), **check)
         if not is_allowed(claims, self._rules):
             raise OidcFailure("not_allowed", "the identity carries none of PHEBY_OIDC_ALLOWED_CLAIMS")
         return claims
