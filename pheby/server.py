@@ -21,6 +21,7 @@ from pheby.protocol.ws_compression import CompressedWebSocketProtocol
 from pheby.protocol.ws_protocol import PhebyWebSocketProtocol
 from pheby.services import Services
 from pheby.settings import Settings
+from pheby.signin.oidc_browser import HideCallbackQuery
 
 log = logging.getLogger("pheby.server")
 
@@ -66,6 +67,7 @@ def configure_logging(log_format: str) -> None:
     )
     logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per Hermes request is noise
+    logging.getLogger("uvicorn.access").addFilter(HideCallbackQuery())  # the OIDC callback's code and state
 
 
 class ServerWebSocketProtocol(CompressedWebSocketProtocol, PhebyWebSocketProtocol):

@@ -7,6 +7,7 @@ given to `validate_id_token`, the function the callback uses.
 """
 
 import json
+import logging
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -33,6 +34,7 @@ from pheby.signin.oidc import (
     parse_allowed_claims,
     validate_id_token,
 )
+from pheby.signin.oidc_browser import HideCallbackQuery
 from pheby.store.accounts import Accounts
 from pheby.store.oidc import OidcStore
 from tests.app_client import Api
@@ -228,17 +230,39 @@ async def test_create_accounts_makes_one_and_a_second_sign_in_reuses_it(
     assert sorted(names) == ["danasmith", "owner", "owner-2"]
 
 
-async def test_a_replayed_state_is_refused(oidc_server: Callable[..., LiveServer], oidc_provider: str) -> None:
+async def test_a_replayed_state_is_refused(
+    oidc_server: Callable[..., LiveServer], caplog: pytest.LogCaptureFixture
+) -> None:
     server = oidc_server(oidc_create_accounts=True)
+    caplog.set_level(logging.INFO)
     async with web_client(server) as web:
         start = await web.get("/api/auth/oidc/start")
         state = parse_qs(urlsplit(start.headers["location"]).query)["state"][0]
         back = await anyio.to_thread.run_sync(lambda: authorize(start.headers["location"], "erin"))
-        assert (await web.get(back)).headers["location"] == "/"
+        signed_in = await web.get(back)
+        assert signed_in.headers["location"] == "/"
+        session = signed_in.cookies["hope_session"]
     async with web_client(server) as replay:  # the same state, its cookie and all, once more
         replay.cookies.set("pheby_oidc_state", state)
         assert signin_error(await replay.get(back)) == "state"
         assert (await me(replay)).status_code == 401
+    code = parse_qs(urlsplit(back).query)["code"][0]
+    server_lines = "\n".join(r.getMessage() for r in caplog.records if r.name.startswith("pheby"))
+    assert "OIDC sign-in refused: state" in server_lines
+    for secret in (code, state, session):
+        assert secret not in server_lines
+
+
+def test_the_access_log_keeps_no_callback_query() -> None:
+    line = ("127.0.0.1:5000", "GET", "/api/auth/oidc/callback?code=the-code&state=the-state", "1.1", 302)
+    record = logging.LogRecord("uvicorn.access", logging.INFO, __file__, 1, '%s - "%s %s HTTP/%s" %d', line, None)
+    assert HideCallbackQuery().filter(record)
+    assert record.getMessage() == '127.0.0.1:5000 - "GET /api/auth/oidc/callback?[redacted] HTTP/1.1" 302'
+    other = logging.LogRecord(
+        "uvicorn.access", logging.INFO, __file__, 1, "%s %s %s", ("a", "GET", "/api/me?x=1"), None
+    )
+    assert HideCallbackQuery().filter(other)
+    assert other.getMessage() == "a GET /api/me?x=1"
 
 
 async def test_a_callback_from_another_browser_or_with_an_unknown_state_is_refused(

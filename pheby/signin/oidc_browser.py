@@ -36,3 +36,17 @@ def failed(failure: OidcFailure, *, https: bool) -> Redirect:
     """Back to the page with a short code it explains; the reason in the log, never a token or code."""
     log.warning("OIDC sign-in refused: %s (%s)", failure.code, failure.detail)
     return Redirect(f"/?signin_error={failure.code}", status_code=302, cookies=[ended_state_cookie(https=https)])
+
+
+CALLBACK_PATH = "/api/auth/oidc/callback"
+
+
+class HideCallbackQuery(logging.Filter):
+    """uvicorn's access log writes each request's path with its query; the callback's holds the provider's
+    code and the state, which no log line may keep. Installed on `uvicorn.access` by `configure_logging`."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) >= 3 and str(args[2]).startswith(CALLBACK_PATH + "?"):
+            record.args = (*args[:2], CALLBACK_PATH + "?[redacted]", *args[3:])
+        return True
