@@ -1,5 +1,6 @@
 // The sign-in screen: the owner secret, or an account's username and password.
 import { html, useState } from "../lib/html.js";
+import { OidcSignIn } from "./signin/oidc.js";
 
 export function SignIn({ client, state }) {
   const [mode, setMode] = useState("secret");
@@ -36,6 +37,7 @@ export function SignIn({ client, state }) {
         <label class="check"><input type="checkbox" checked=${keep} onChange=${(e) => setKeep(e.target.checked)} /> Keep me signed in</label>
         ${state.signInError && html`<p class="error" role="alert">${state.signInError}</p>`}
         <button class="primary" type="submit" disabled=${busy}>${busy ? "Signing in…" : "Sign in"}</button>
+        <${OidcSignIn} />
         <p class="muted small">The secret is printed by <code>make run</code>. It stays in this tab unless you tick “Keep me signed in”.</p>
       </form>
     </main>`;
