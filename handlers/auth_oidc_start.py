@@ -4,7 +4,6 @@ The state also goes into a short-lived HttpOnly cookie, so only the browser that
 finish it (`auth_oidc_callback`): a link carrying someone else's code and state signs nobody in.
 """
 
-import logging
 from typing import Any
 
 from litestar import Request, get
@@ -15,8 +14,6 @@ from litestar.response import Redirect
 from pheby.services import Services
 from pheby.signin.oidc import OidcFailure
 from pheby.signin.oidc_browser import failed, state_cookie
-
-log = logging.getLogger("pheby.signin.oidc")
 
 
 @get(

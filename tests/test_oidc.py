@@ -175,14 +175,24 @@ async def test_the_code_flow_signs_in_a_linked_account(
     assert rows == [("oidc",)]
 
 
-async def test_an_unlinked_subject_is_refused(oidc_server: Callable[..., LiveServer], oidc_provider: str) -> None:
+async def test_an_unlinked_subject_or_a_disabled_account_is_refused(
+    oidc_server: Callable[..., LiveServer], oidc_provider: str
+) -> None:
     server = oidc_server()
     await add_account(server.settings, "alice")
+    # The same e-mail address as an account's name would suggest: no account is ever found by it.
     set_user(oidc_provider, "stranger", {"email": "alice@example.com", "email_verified": True})
     async with web_client(server) as web:
         refused = await sign_in(web, "stranger")
         assert signin_error(refused) == "unlinked"
         assert "hope_session" not in refused.cookies
+        assert (await me(web)).status_code == 401
+    await add_account(server.settings, "mallory")
+    await anyio.to_thread.run_sync(link, server.settings, "mallory", "mallory-sub", oidc_provider)
+    disable = ["--data-dir", str(server.settings.data_dir), "account", "disable", "mallory"]
+    assert await anyio.to_thread.run_sync(main, disable) == 0
+    async with web_client(server) as web:
+        assert signin_error(await sign_in(web, "mallory-sub")) == "account_disabled"
         assert (await me(web)).status_code == 401
 
 
