@@ -4,6 +4,7 @@ Ends in a session (`pheby.signin.sessions`) and a redirect to `/` with its cooki
 `/?signin_error=<code>`: every refusal is one of `pheby.signin.oidc.FailureCode`, never a 500.
 """
 
+import hmac
 import logging
 from typing import Any
 
@@ -35,7 +36,8 @@ async def oidc_callback(request: Request[Any, Any, Any], services: NamedDependen
     query = request.query_params
     state, code, error = query.get("state") or "", query.get("code") or "", query.get("error") or ""
     try:
-        ours = bool(state) and request.cookies.get(state_cookie_name(https=https)) == state
+        given = request.cookies.get(state_cookie_name(https=https), "")
+        ours = bool(state) and hmac.compare_digest(given.encode(), state.encode())
         if error:  # nothing to sign in with: say what the provider said (some leave the state out)
             if ours:
                 await services.oidc.forget(state)

@@ -414,6 +414,15 @@ async def test_stale_keys_are_fetched_again_once(tmp_path: Path, oidc_provider: 
         assert used.value.code == "state"
 
 
+async def test_sign_ins_under_way_are_bounded(tmp_path: Path, oidc_provider: str) -> None:
+    async with open_oidc(tmp_path, oidc_provider) as oidc:
+        oidc._max_pending = 1  # instead of ten thousand
+        await oidc.begin("http://127.0.0.1:9/cb")
+        with pytest.raises(OidcFailure) as busy:
+            await oidc.begin("http://127.0.0.1:9/cb")
+        assert busy.value.code == "busy"
+
+
 async def test_discovery_must_name_the_configured_issuer_and_stay_small(tmp_path: Path) -> None:
     with serving_json(discovery_document("https://elsewhere.example")) as origin:
         async with open_oidc(tmp_path / "a", origin) as oidc:
@@ -464,8 +473,9 @@ async def test_pending_sign_ins_are_single_use_short_lived_and_stored_hashed(tmp
     try:
         now = [1000.0]
         store = OidcStore(db, clock=lambda: now[0])
-        await store.begin("state-one", "nonce-one", "verifier-one", ttl_seconds=600)
-        await store.begin("state-two", "nonce-two", "verifier-two", ttl_seconds=600)
+        assert await store.begin("state-one", "nonce-one", "verifier-one", ttl_seconds=600, limit=2)
+        assert await store.begin("state-two", "nonce-two", "verifier-two", ttl_seconds=600, limit=2)
+        assert not await store.begin("state-three", "nonce", "verifier", ttl_seconds=600, limit=2)  # bounded
         stored = await db.run(lambda c: [tuple(r) for r in c.execute("SELECT state_sha256 FROM oidc_pending_logins")])
         assert all("state-" not in row[0] for row in stored)
         assert len(stored) == 2
@@ -477,6 +487,7 @@ async def test_pending_sign_ins_are_single_use_short_lived_and_stored_hashed(tmp
         assert await store.take("unknown") is None
         now[0] += 601
         assert await store.take("state-two") is None  # expired
+        assert await store.begin("state-four", "nonce", "verifier", ttl_seconds=600, limit=1)  # the expired swept
     finally:
         await db.close()
 

@@ -46,9 +46,11 @@ FailureCode = Literal[
     "not_allowed",  # the identity carries none of the allowed claims
     "unlinked",  # no account is linked to the identity (and none may be made)
     "account_disabled",  # the linked account is disabled
+    "busy",  # too many sign-ins under way at once
 ]
 
 PENDING_TTL_SECONDS = 600  # a person has ten minutes at the provider
+MAX_PENDING = 10_000  # sign-ins under way at once (anyone may begin one: their rows are bounded)
 HTTP_TIMEOUT_SECONDS = 10.0
 MAX_DOCUMENT_BYTES = 256 * 1024  # discovery, JWKS and token responses are a few KiB
 METADATA_TTL_SECONDS = 3600
@@ -195,7 +197,9 @@ class OidcSignIn:
         accounts: Accounts,
         *,
         clock: Callable[[], float] = time.time,
+        max_pending: int = MAX_PENDING,
     ) -> None:
+        self._max_pending = max_pending
         self._settings = settings
         self._store = store
         self._accounts = accounts
@@ -224,7 +228,8 @@ class OidcSignIn:
         self._require_enabled()
         metadata = await self.metadata()
         state, nonce, verifier = generate_token(43), generate_token(43), generate_token(64)
-        await self._store.begin(state, nonce, verifier, PENDING_TTL_SECONDS)
+        if not await self._store.begin(state, nonce, verifier, PENDING_TTL_SECONDS, limit=self._max_pending):
+            raise OidcFailure("busy", f"{self._max_pending} sign-ins are under way already")
         url: str = prepare_grant_uri(
             metadata.authorization_endpoint,
             client_id=self._settings.oidc_client_id,

@@ -36,19 +36,23 @@ class OidcStore:
         self._db = db
         self._clock = clock
 
-    async def begin(self, state: str, nonce: str, code_verifier: str, ttl_seconds: float) -> None:
-        """Record a sign-in sent to the provider; expired ones are swept as new ones begin."""
+    async def begin(self, state: str, nonce: str, code_verifier: str, ttl_seconds: float, *, limit: int) -> bool:
+        """Record a sign-in sent to the provider, unless `limit` are under way already (False then): anyone
+        may begin one, so their number is bounded. Expired ones are swept as new ones begin."""
         now = self._clock()
 
-        def q(conn: sqlite3.Connection) -> None:
+        def q(conn: sqlite3.Connection) -> bool:
             conn.execute("DELETE FROM oidc_pending_logins WHERE expires_at <= ?", (now,))
+            if conn.execute("SELECT COUNT(*) FROM oidc_pending_logins").fetchone()[0] >= limit:
+                return False
             conn.execute(
                 "INSERT INTO oidc_pending_logins (state_sha256, nonce, code_verifier, created_at, expires_at) "
                 "VALUES (?, ?, ?, ?, ?)",
                 (_state_digest(state), nonce, code_verifier, now, now + ttl_seconds),
             )
+            return True
 
-        await self._db.transaction(q)
+        return await self._db.transaction(q)
 
     async def take(self, state: str) -> PendingLogin | None:
         """The sign-in `state` began, removed so it can't be used again; None if unknown, used or expired."""

@@ -13,6 +13,7 @@ const REASONS = {
   not_allowed: "Your account at the identity provider is not allowed to use this server.",
   unlinked: "No Pheby account is linked to your identity yet. Ask the server's owner to link it.",
   account_disabled: "Your Pheby account is disabled.",
+  busy: "Too many sign-ins are under way right now. Please try again in a few minutes.",
 };
 
 // Read once per page load, then removed from the address bar so a reload doesn't show it again.
