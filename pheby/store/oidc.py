@@ -19,12 +19,6 @@ class PendingLogin(msgspec.Struct, frozen=True):
     code_verifier: str
 
 
-class LinkedIdentity(msgspec.Struct, frozen=True):
-    issuer: str
-    subject: str
-    account_id: str
-
-
 def _state_digest(state: str) -> str:
     return hashlib.sha256(state.encode()).hexdigest()
 
@@ -96,12 +90,3 @@ class OidcStore:
             return str(row[0])
 
         return await self._db.transaction(q)
-
-    async def identities_of(self, account_id: str) -> list[LinkedIdentity]:
-        rows = await self._db.run(
-            lambda c: c.execute(
-                "SELECT issuer, subject, account_id FROM oidc_identities WHERE account_id = ? ORDER BY created_at",
-                (account_id,),
-            ).fetchall()
-        )
-        return [LinkedIdentity(issuer=r[0], subject=r[1], account_id=r[2]) for r in rows]
