@@ -1,4 +1,4 @@
-"""The `pheby` console command: `serve`, `account create|token|disable|enable|revoke|list|hermes`,
+"""The `pheby` console command: `serve`, `account create|token|disable|enable|revoke|list|hermes|link-oidc`,
 `hermes install-plugin`, `backup` and `restore` (`pheby.backup`).
 
 `serve` needs the app factory, which lives above `pheby` (`handlers.support.app.create_app`): the
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from pheby.db import Database, SchemaTooNew, check_schema_version
-from pheby.errors import PhebyError
+from pheby.errors import BadRequest, PhebyError
 from pheby.settings import DEFAULT_DATA_DIR, Settings, SettingsError, load_settings
 from pheby.store.accounts import Account, Accounts, HermesAccountSettings
 from pheby.store.second_factor import SecondFactors
@@ -78,6 +78,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     totp_off.add_argument("name")
     account.add_parser("list", help="list the accounts as JSON (no secrets)")
+    link_oidc = account.add_parser(
+        "link-oidc",
+        help="let an identity of the OpenID Connect provider sign in as an account; prints JSON",
+        description="SUBJECT is the provider's `sub` for the person (stable, unlike an e-mail address).",
+    )
+    link_oidc.add_argument("name")
+    link_oidc.add_argument("subject")
+    link_oidc.add_argument("--issuer", default=None, help="the provider (default: PHEBY_OIDC_ISSUER)")
     own = account.add_parser(
         "hermes",
         help="give an account its own Hermes (no options: back to the server's); prints JSON without secrets",
@@ -265,6 +273,8 @@ async def _account_command(settings: Settings, args: argparse.Namespace) -> obje
             return {"token": issued.token}
         if args.action == "hermes":
             return await _set_hermes(accounts, args)
+        if args.action == "link-oidc":
+            return await _link_oidc(settings, db, accounts, args)
         if args.action == "list":
             return [_listed(a) for a in await accounts.list_all()]
         if args.action == "revoke":
@@ -278,6 +288,19 @@ async def _account_command(settings: Settings, args: argparse.Namespace) -> obje
         return {"id": account.id, "name": account.name, "disabled": account.disabled}
     finally:
         await db.close()
+
+
+async def _link_oidc(settings: Settings, db: Database, accounts: Accounts, args: argparse.Namespace) -> object:
+    from pheby.signin.oidc import OidcSignIn
+    from pheby.store.oidc import OidcStore
+
+    issuer = (args.issuer or settings.oidc_issuer).rstrip("/")
+    if not issuer:
+        raise BadRequest("No provider: set PHEBY_OIDC_ISSUER or pass --issuer")
+    if not args.subject or len(args.subject) > 255:
+        raise BadRequest("The subject is 1-255 characters")
+    account = await OidcSignIn(settings, OidcStore(db), accounts).link(args.name, args.subject, issuer)
+    return {"id": account.id, "name": account.name, "issuer": issuer, "subject": args.subject}
 
 
 async def _set_hermes(accounts: Accounts, args: argparse.Namespace) -> dict[str, object]:

@@ -28,12 +28,14 @@ from pheby.runs.journal import RunJournal
 from pheby.runs.reattach import reattach
 from pheby.search.index import SearchIndex
 from pheby.settings import Settings
+from pheby.signin.oidc import OidcSignIn
 from pheby.store.accounts import Accounts
 from pheby.store.artifacts import ArtifactLimits, Artifacts
 from pheby.store.attachments import Attachments, attachment_added
 from pheby.store.changes import ChangeFeed
 from pheby.store.conversations import Conversations
 from pheby.store.lockout import AddressSlots, FailureLimiter, LoginGuard
+from pheby.store.oidc import OidcStore
 from pheby.store.second_factor import CodeAttempts, SecondFactors
 from pheby.store.sessions import Sessions
 from pheby.store.task_owners import TaskOwners
@@ -60,6 +62,7 @@ class Services:
         self.push_action_limiter = FailureLimiter(db, "push_action", limit=10)  # answers with a wrong token
         self.second_factors = SecondFactors(db)  # TOTP secrets, recovery codes, sign-in tickets
         self.code_attempts = CodeAttempts(db)  # the limits on guessing their codes
+        self.oidc = OidcSignIn(settings, OidcStore(db), accounts)  # OpenID Connect sign-in
         self.sockets_before_hello = AddressSlots(limit=8)
         self.hub = CoalescingHub(
             max_sockets=settings.ws_max_connections,

@@ -310,6 +310,15 @@ def _check_consistency(settings: Settings) -> None:
         raise SettingsError(f"PHEBY_PUBLIC_URL: not an origin (https://host[:port]): {settings.public_url!r}")
     if settings.hermes_url and not re.match(r"https?://", settings.hermes_url):
         raise SettingsError("HERMES_URL: must start with http:// or https://")
+    for rule in settings.oidc_allowed_claims:
+        if not re.fullmatch(r"\s*[^=\s]+\s*=\s*\S.*", rule):
+            raise SettingsError(f"PHEBY_OIDC_ALLOWED_CLAIMS: not claim=value: {rule!r}")
+    if settings.oidc_issuer and not _OIDC_ISSUER.match(settings.oidc_issuer):
+        raise SettingsError("PHEBY_OIDC_ISSUER: must start with https:// (http:// only on loopback)")
+
+
+# An identity provider over plain http is only believable on this machine (a test's, or a local one).
+_OIDC_ISSUER = re.compile(r"https://[^/\s]+|http://(127\.0\.0\.1|localhost|\[::1\])(:\d+)?(/|$)")
 
 
 def _public_origin(url: str) -> str:

@@ -27,6 +27,9 @@ from handlers import (
     auth_login,
     auth_login_totp,
     auth_logout,
+    auth_oidc,
+    auth_oidc_callback,
+    auth_oidc_start,
     auth_session,
     auth_sessions_end,
     auth_sessions_end_others,
@@ -89,6 +92,9 @@ PUBLIC_ROUTES: list[ControllerRouterHandler] = [
     auth_login.login,  # the ways to get a credential: a password,
     auth_login_totp.login_totp,  # its code step: the ticket of a right password and a code
     auth_session.start_session_with_secret,  # the owner secret or an API token
+    auth_oidc.oidc_offer,  # OpenID Connect: offered?, then to the provider and back (its state is the check)
+    auth_oidc_start.oidc_start,
+    auth_oidc_callback.oidc_callback,
     push_actions.answer_push_action,  # the answer token is the credential
     pheby_socket,  # authenticates with its hello message (or the cookie); a foreign Origin is refused first
     attachments_upload.upload_attachment,  # Bearer, ApiKey, X-Pheby-Secret or the session cookie

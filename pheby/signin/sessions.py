@@ -48,15 +48,29 @@ def device_of(request: Request[Any, Any, Any]) -> str:
     return "".join(c for c in agent if c.isprintable())[:DEVICE_MAX_CHARS]
 
 
-async def start_session(
+class NewSession(msgspec.Struct, frozen=True):
+    """A session just issued: what the JSON says, and the cookie that carries it (for a JSON answer or a
+    redirect alike)."""
+
+    signed_in: SignedIn
+    cookie: Cookie
+
+
+async def issue_session(
     services: Services, request: Request[Any, Any, Any], account: Account, method: SignInMethod
-) -> Response[SignedIn]:
-    """A new session for `account`, signed in by `method`: the token in the JSON and in the cookie."""
+) -> NewSession:
+    """A new session for `account`, signed in by `method`: its token and its cookie."""
     ttl = services.settings.session_ttl_seconds
     issued = await services.accounts.issue_token(account.id, "session", ttl, device=device_of(request), method=method)
     assert issued.expires_at is not None  # sessions always expire
     https = services.authenticator.is_https(request)
-    return Response(
-        SignedIn(token=issued.token, expires_at=issued.expires_at),
-        cookies=[session_cookie(issued.token, ttl, https=https)],
-    )
+    signed_in = SignedIn(token=issued.token, expires_at=issued.expires_at)
+    return NewSession(signed_in, session_cookie(issued.token, ttl, https=https))
+
+
+async def start_session(
+    services: Services, request: Request[Any, Any, Any], account: Account, method: SignInMethod
+) -> Response[SignedIn]:
+    """A new session for `account`, signed in by `method`: the token in the JSON and in the cookie."""
+    session = await issue_session(services, request, account, method)
+    return Response(session.signed_in, cookies=[session.cookie])

@@ -1,6 +1,7 @@
 // The sign-in screen: the owner secret, or an account's username and password.
 import { html, useState } from "../lib/html.js";
 import { SecondFactorStep } from "./signin/second_factor.js";
+import { OidcSignIn } from "./signin/oidc.js";
 
 export function SignIn({ client, state }) {
   const [mode, setMode] = useState("secret");
@@ -38,6 +39,7 @@ export function SignIn({ client, state }) {
                   onInput=${(e) => setPassword(e.target.value)} /></label>`}
         ${state.signInError && html`<p class="error" role="alert">${state.signInError}</p>`}
         <button class="primary" type="submit" disabled=${busy}>${busy ? "Signing in…" : "Sign in"}</button>
+        <${OidcSignIn} />
         <p class="muted small">The secret is printed by <code>make run</code>. This page keeps no secret: signing in starts a session that you can end under Security.</p>
       </form>
     </main>`;
