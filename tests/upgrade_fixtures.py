@@ -74,12 +74,13 @@ BOB_HOME = "/srv/hermes/bob"
 BOB_MEDIA_ROOT = "/srv/pheby-media/bob"
 DAVE_URL = "http://127.0.0.1:9"  # nothing listens on the discard port: dave's gateway is never reached
 
-BOB_TOKEN = "phb_fixture-bob-api-token"
-BOB_SESSION = "phb_fixture-bob-login-session"
-BOB_EXPIRED = "phb_fixture-bob-expired-session"
-BOB_REVOKED = "phb_fixture-bob-revoked-token"
-CAROL_TOKEN = "phb_fixture-carol-api-token"
-DAVE_TOKEN = "phb_fixture-dave-api-token"
+# Shaped as `Accounts.issue_token` makes them ("phb_" and 43 URL-safe characters).
+BOB_TOKEN = "phb_fixture-bob-api-token0000000000000000000000"
+BOB_SESSION = "phb_fixture-bob-login-session000000000000000000"
+BOB_EXPIRED = "phb_fixture-bob-expired-session0000000000000000"
+BOB_REVOKED = "phb_fixture-bob-revoked-token000000000000000000"
+CAROL_TOKEN = "phb_fixture-carol-api-token00000000000000000000"
+DAVE_TOKEN = "phb_fixture-dave-api-token000000000000000000000"
 BOB_TOKEN_ID = ident("token:bob-api")
 BOB_REVOKED_AT = BASE + 100  # `pheby account revoke bob`, before his live tokens were issued
 
@@ -503,7 +504,20 @@ def rows(hermes_url: str, bob_job: str, owner_job: str) -> list[Row]:
             | {"code_verifier": "fixture-code-verifier", "created_at": BASE + 7300, "expires_at": BASE + 7900},
         ),
     ]
-    return accounts + credentials + conversations + files + artifacts + later + oidc
+    used, unused, ticket = (hashlib.sha256(v).hexdigest() for v in (b"fixture-1", b"fixture-2", b"fixture-ticket"))
+    second_factor: list[Row] = [
+        # The owner's authenticator (bob's password sign-in stays one step), a recovery code used, and a
+        # password sign-in waiting for its code.
+        (
+            "totp_secrets",
+            {"account_id": OWNER_ID, "secret": "JBSWY3DPEHPK3PXP", "created_at": BASE + 7400}
+            | {"enabled_at": BASE + 7410, "last_step": 56_000_000},
+        ),
+        ("totp_recovery_codes", {"account_id": OWNER_ID, "code_sha256": unused, "used_at": None}),
+        ("totp_recovery_codes", {"account_id": OWNER_ID, "code_sha256": used, "used_at": BASE + 7420}),
+        ("totp_tickets", {"ticket_sha256": ticket, "account_id": OWNER_ID, "expires_at": BASE + 7700}),
+    ]
+    return accounts + credentials + conversations + files + artifacts + later + second_factor + oidc
 
 
 BLOBS: Mapping[str, tuple[str, bytes]] = {  # attachment id → (account id, bytes); the deleted one has none
