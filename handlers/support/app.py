@@ -26,6 +26,7 @@ from handlers import (
     attachments_upload,
     auth_login,
     auth_logout,
+    auth_password,
     capabilities,
     connectors,
     conversations_export,
@@ -92,6 +93,7 @@ PUBLIC_ROUTES: list[ControllerRouterHandler] = [
 # Mounted under `/api` behind the `authenticated` guard: a route added here is protected by that alone.
 API_ROUTES: list[ControllerRouterHandler] = [
     auth_logout.logout,
+    auth_password.change_own_password,
     me.me,
     hope_attachments_create.create_hope_attachment,
     hope_attachments_list.list_hope_attachments,
