@@ -302,8 +302,8 @@ class Accounts:
             ).fetchall()
             return tuple(r[0] for r in rows)
 
-        try:
-            return await self._db.transaction(q)
+        try:  # a change is on disk when it returns: a crash must not bring the old password or sessions back
+            return await self._db.transaction(q, durable=end_sessions)
         except Conflict:
             if end_sessions:
                 raise
