@@ -10,7 +10,9 @@ from typing import Annotated, Any
 import msgspec
 from litestar import Request, post
 from litestar.di import NamedDependency
+from litestar.openapi.datastructures import ResponseSpec
 
+from handlers.support.errors import ErrorResponse
 from handlers.support.openapi import errors, json_body
 from pheby.auth import Principal
 from pheby.password_change import change_password
@@ -28,7 +30,20 @@ class PasswordChanged(msgspec.Struct, frozen=True):
     ok: bool
 
 
-@post("/auth/password", tags=["auth"], status_code=200, responses=errors(400, 408, 409, 413, 422, 429))
+REFUSED = ResponseSpec(
+    data_container=ErrorResponse,
+    description="The current password is wrong (counted like a failed login), the account has no password the "
+    "caller may set, or a cookie-authenticated change without an allowed Origin header",
+    generate_examples=False,
+)
+
+
+@post(
+    "/auth/password",
+    tags=["auth"],
+    status_code=200,
+    responses={**errors(400, 408, 409, 413, 422, 429), 403: REFUSED},
+)
 async def change_own_password(
     request: Request[Any, Any, Any],
     data: Annotated[PasswordChange, json_body(PasswordChange)],
