@@ -1,4 +1,4 @@
-"""The `pheby` console command: `serve`, `account create|token|disable|enable|revoke|list|hermes|link-oidc`,
+"""The `pheby` console command: `serve`, `account create|password|token|disable|enable|revoke|list|hermes|link-oidc`,
 `hermes install-plugin`, `backup` and `restore` (`pheby.backup`).
 
 `serve` needs the app factory, which lives above `pheby` (`handlers.support.app.create_app`): the
@@ -57,6 +57,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     create.add_argument("name")
     create.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
+    password = account.add_parser(
+        "password",
+        help="set an account's password (a first one, or a forgotten one) and end all its sessions; "
+        "prints JSON {id, name, ended_sessions}",
+        description="The operator's reset: no current password is asked. The account's API tokens stay.",
+    )
+    password.add_argument("name")
+    password.add_argument("--password-stdin", action="store_true", required=True, help="read it from stdin")
     token = account.add_parser("token", help="issue a new bearer token; prints JSON {token}")
     token.add_argument("name")
     disable = account.add_parser(
@@ -267,6 +275,11 @@ async def _account_command(settings: Settings, args: argparse.Namespace) -> obje
             password = sys.stdin.readline().rstrip("\r\n") if args.password_stdin else None
             account = await accounts.create(args.name, password or None)
             return {"id": account.id, "name": account.name}
+        if args.action == "password":
+            account = await accounts.get_by_name(args.name)
+            changed = await accounts.set_password(account.id, sys.stdin.readline().rstrip("\r\n"))
+            assert changed is not None  # no current password to be wrong
+            return {"id": account.id, "name": account.name, "ended_sessions": len(changed.ended_sessions)}
         if args.action == "token":
             account = await accounts.get_by_name(args.name)
             issued = await accounts.issue_token(account.id, "api", None)

@@ -19,6 +19,7 @@ from pheby.settings import Settings
 from pheby.store.accounts import Accounts
 from pheby.store.artifacts import ArtifactLimits, Artifacts
 from tests.app_client import BASE
+from tests.passwords import PASSWORD
 from tests.test_auth import add_account
 
 pytestmark = pytest.mark.anyio
@@ -412,7 +413,7 @@ async def test_every_route_needs_a_caller(client: Client, alice: Caller) -> None
 
 
 async def test_cookie_changes_need_the_origin(client: Client) -> None:
-    login = await client.post("/api/auth/login", json={"username": "alice", "password": "pw-123456"})
+    login = await client.post("/api/auth/login", json={"username": "alice", "password": PASSWORD})
     assert login.status_code == 200
     assert (await client.post("/api/artifacts", json={"title": "x"})).status_code == 403
     created = await client.post("/api/artifacts", json={"title": "x"}, headers={"Origin": BASE})

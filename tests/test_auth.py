@@ -21,16 +21,17 @@ from pheby.store.lockout import BearerFailures
 from tests.app_client import BASE
 from tests.conftest import TEST_SECRET
 from tests.live_server import LiveServer
+from tests.passwords import PASSWORD, fast_accounts
 
 pytestmark = pytest.mark.anyio
 
 
-async def add_account(settings: Settings, name: str, password: str | None = "pw-123456") -> tuple[str, str]:
+async def add_account(settings: Settings, name: str, password: str | None = PASSWORD) -> tuple[str, str]:
     """Create an account and an API token straight in the database; return (id, token)."""
     db = Database(settings.database_path)
     await db.open()
     try:
-        accounts = Accounts(db)
+        accounts = fast_accounts(db)
         account = await accounts.create(name, password)
         issued = await accounts.issue_token(account.id, "api", None)
         return account.id, issued.token
@@ -50,9 +51,7 @@ async def client(settings: Settings) -> AsyncIterator[AsyncTestClient[Litestar]]
         yield c
 
 
-async def login(
-    client: AsyncTestClient[Litestar], username: str = "alice", password: str = "pw-123456"
-) -> httpx.Response:
+async def login(client: AsyncTestClient[Litestar], username: str = "alice", password: str = PASSWORD) -> httpx.Response:
     return await client.post("/api/auth/login", json={"username": username, "password": password})
 
 
@@ -118,7 +117,7 @@ async def test_concurrent_wrong_passwords_get_no_more_than_the_limit(
 
         statuses = sorted(await asyncio.gather(*(guess(f"wrong-{n}") for n in range(20))))
         assert statuses == [401] * 5 + [429] * 15
-        assert await guess("pw-123456") == 429
+        assert await guess(PASSWORD) == 429
 
 
 async def test_cookie_mutation_needs_an_allowed_origin(client: AsyncTestClient[Litestar]) -> None:
@@ -214,7 +213,7 @@ async def test_database_holds_no_token_in_clear(client: AsyncTestClient[Litestar
     for token in (session_token, api_token):
         assert token not in dump
         assert token.encode() not in raw
-    assert "pw-123456" not in dump
+    assert PASSWORD not in dump
 
 
 # Outside the `/api` router on purpose: the ways to get a credential (a password and its code step, the

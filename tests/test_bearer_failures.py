@@ -13,6 +13,7 @@ import pytest
 from pheby.settings import Settings
 from pheby.store.lockout import BearerFailures
 from tests.live_server import LiveServer
+from tests.passwords import PASSWORD
 from tests.test_auth import add_account
 
 pytestmark = pytest.mark.anyio
@@ -105,7 +106,7 @@ async def test_twenty_wrong_bearers_from_one_address_get_429_and_others_are_not_
 
 async def login_token(http: httpx.AsyncClient, address: str) -> str:
     response = await http.post(
-        "/api/auth/login", json={"username": "alice", "password": "pw-123456"}, headers={"X-Forwarded-For": address}
+        "/api/auth/login", json={"username": "alice", "password": PASSWORD}, headers={"X-Forwarded-For": address}
     )
     assert response.status_code == 200, response.text
     token: str = response.json()["token"]

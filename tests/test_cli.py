@@ -13,6 +13,7 @@ from pheby.cli import main
 from pheby.db import Database
 from pheby.store.accounts import Accounts, HermesAccountSettings
 from pheby.store.second_factor import SecondFactors
+from tests.passwords import PASSWORD
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -22,7 +23,7 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
 
 
 def test_account_lifecycle(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sys, "stdin", io.StringIO("hunter2-long\n"))
+    monkeypatch.setattr(sys, "stdin", io.StringIO(f"{PASSWORD}\n"))
     code, out, _ = run_cli(capsys, "--data-dir", str(tmp_path), "account", "create", "alice", "--password-stdin")
     assert code == 0
     created = json.loads(out)

@@ -10,6 +10,7 @@ from websockets.typing import Origin
 
 from pheby.settings import Settings, SettingsError, load_settings
 from tests.live_server import LiveServer
+from tests.passwords import PASSWORD
 from tests.test_auth import add_account
 from tests.ws_client import PhebyClient
 
@@ -25,7 +26,7 @@ async def start(
 
 
 async def login(http: httpx.AsyncClient, headers: dict[str, str]) -> httpx.Response:
-    response = await http.post("/api/auth/login", json={"username": "alice", "password": "pw-123456"}, headers=headers)
+    response = await http.post("/api/auth/login", json={"username": "alice", "password": PASSWORD}, headers=headers)
     assert response.status_code == 200, response.text
     return response
 

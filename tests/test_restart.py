@@ -7,6 +7,7 @@ from litestar.testing import AsyncTestClient
 
 from handlers.support.app import create_app
 from pheby.settings import load_settings
+from tests.passwords import PASSWORD
 from tests.test_auth import add_account
 
 pytestmark = pytest.mark.anyio
@@ -17,7 +18,7 @@ async def test_state_survives_restart(tmp_path: Path) -> None:
     first = load_settings({}, data_dir=data_dir)  # generates and keeps the owner secret
     _, api_token = await add_account(first, "alice")
     async with AsyncTestClient(create_app(first)) as client:
-        login = await client.post("/api/auth/login", json={"username": "alice", "password": "pw-123456"})
+        login = await client.post("/api/auth/login", json={"username": "alice", "password": PASSWORD})
         session_token = login.json()["token"]
         owner_id = (await client.get("/api/me", headers={"Authorization": f"Bearer {first.secret}"})).json()["id"]
 

@@ -22,11 +22,11 @@ from pheby.runs.active import ActiveRun
 from pheby.settings import Settings
 from pheby.store.accounts import Accounts, CredentialState
 from tests.live_server import LiveServer, hermes_settings
+from tests.passwords import PASSWORD, fast_accounts
 from tests.polling import until
 from tests.ws_client import PhebyClient
 
 pytestmark = pytest.mark.anyio
-PASSWORD = "pw-123456"
 CLOSE_POLICY_VIOLATION = 1008
 
 
@@ -35,7 +35,7 @@ async def add_account(settings: Settings, name: str) -> str:
     db = Database(settings.database_path)
     await db.open()
     try:
-        accounts = Accounts(db)
+        accounts = fast_accounts(db)
         account = await accounts.create(name, PASSWORD)
         return (await accounts.issue_token(account.id, "api", None)).token
     finally:

@@ -24,6 +24,7 @@ from pheby.settings import Settings
 from pheby.store.lockout import BearerFailures
 from tests.app_client import BASE
 from tests.live_server import LiveServer
+from tests.passwords import PASSWORD
 from tests.test_auth import add_account
 from tests.ws_client import PhebyClient
 
@@ -174,7 +175,7 @@ async def test_every_message_before_hello_is_refused(proxied: LiveServer) -> Non
 @pytest.mark.live
 async def test_a_hello_with_revoked_credentials_is_refused(proxied: LiveServer) -> None:
     async with httpx.AsyncClient(base_url=proxied.base_url, timeout=30) as http:
-        login = await http.post("/api/auth/login", json={"username": "alice", "password": "pw-123456"})
+        login = await http.post("/api/auth/login", json={"username": "alice", "password": PASSWORD})
         token = login.json()["token"]
         logout = await http.post("/api/auth/logout", headers={"Authorization": f"Bearer {token}"})
         assert logout.status_code == 200

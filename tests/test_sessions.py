@@ -15,6 +15,7 @@ from pheby.services import Services
 from pheby.settings import Settings
 from tests.app_client import BASE
 from tests.conftest import TEST_SECRET
+from tests.passwords import PASSWORD
 from tests.test_auth import add_account
 
 pytestmark = pytest.mark.anyio
@@ -40,7 +41,7 @@ def bearer(token: str) -> dict[str, str]:
 
 async def session_of(client: AsyncTestClient[Litestar], name: str) -> str:
     """A new password session of `name`, its token (no cookie kept)."""
-    response = await client.post("/api/auth/login", json={"username": name, "password": "pw-123456"})
+    response = await client.post("/api/auth/login", json={"username": name, "password": PASSWORD})
     assert response.status_code == 200, response.text
     client.cookies.clear()
     token: str = response.json()["token"]

@@ -20,11 +20,12 @@ from hermes_client import HermesClient, HermesNotFound, JobRepeat
 from pheby.db import Database
 from pheby.services import Services
 from pheby.settings import Settings
-from pheby.store.accounts import Accounts, HermesAccountSettings
+from pheby.store.accounts import HermesAccountSettings
 from tests.app_client import BASE, Api
 from tests.conftest import TEST_SECRET
 from tests.demo_hermes_server import client_for
 from tests.live_server import LiveServer, hermes_settings
+from tests.passwords import PASSWORD, fast_accounts
 from tests.ws_client import PhebyClient
 
 pytestmark = pytest.mark.anyio
@@ -173,8 +174,8 @@ async def add_account(settings: Settings, name: str, hermes: HermesAccountSettin
     db = Database(settings.database_path)
     await db.open()
     try:
-        accounts = Accounts(db)
-        account = await accounts.create(name, "pw-123456")
+        accounts = fast_accounts(db)
+        account = await accounts.create(name, PASSWORD)
         if hermes is not None:
             await accounts.set_hermes(name, hermes)
         issued = await accounts.issue_token(account.id, "api", None)

@@ -87,7 +87,8 @@ BOB_REVOKED_AT = BASE + 100  # `pheby account revoke bob`, before his live token
 
 @functools.cache
 def password_hash(password: str) -> str:
-    """The server's scrypt encoding (`pheby.store.accounts.hash_password`) with a salt fixed per password."""
+    """The server's scrypt encoding (`pheby.store.password_hashing.hash_password`) at the cost it had then
+    (N=2^14; a sign-in upgrades it), with a salt fixed per password."""
     salt = hashlib.sha256(f"pheby-fixture-salt:{password}".encode()).digest()[:16]
     digest = hashlib.scrypt(password.encode(), salt=salt, n=2**14, r=8, p=1, dklen=32)
     return f"scrypt${2**14}$8$1${base64.b64encode(salt).decode()}${base64.b64encode(digest).decode()}"

@@ -1,20 +1,19 @@
 """Accounts, passwords and tokens: all the SQL of the accounts domain.
 
-Passwords are scrypt hashes (hashlib); tokens are random strings of which only a SHA-256
-digest is stored. The owner account is the one `PHEBY_SECRET` authenticates as.
+Passwords are scrypt hashes (`pheby.store.password_hashing`) of passwords the policy allows
+(`pheby.store.password_policy`); tokens are random strings of which only a SHA-256 digest is stored.
+The owner account is the one `PHEBY_SECRET` authenticates as.
 """
 
 import hashlib
-import hmac
 import os
 import secrets
 import sqlite3
 import time
 import uuid
-from base64 import b64decode, b64encode
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 import anyio
 import msgspec
@@ -22,11 +21,13 @@ import msgspec
 from pheby.db import Database
 from pheby.errors import BadRequest, Conflict, NotFound
 from pheby.store.lockout import PasswordHashing
+from pheby.store.password_hashing import SCRYPT_COST, ScryptCost, check_password, hash_password, verify
+from pheby.store.password_policy import check_new_password
 
 TokenKind = Literal["session", "api"]
 OWNER_NAME = "owner"
-_SCRYPT_N, _SCRYPT_R, _SCRYPT_P = 2**14, 8, 1
 _NAME_MAX = 64
+T = TypeVar("T")
 
 
 class HermesAccountSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -80,20 +81,25 @@ class CredentialState(msgspec.Struct, frozen=True):
     credentials_revoked_at: float | None
 
 
-def hash_password(password: str) -> str:
-    salt = secrets.token_bytes(16)
-    digest = hashlib.scrypt(password.encode(), salt=salt, n=_SCRYPT_N, r=_SCRYPT_R, p=_SCRYPT_P, dklen=32)
-    return f"scrypt${_SCRYPT_N}${_SCRYPT_R}${_SCRYPT_P}${b64encode(salt).decode()}${b64encode(digest).decode()}"
+class PasswordChanged(msgspec.Struct, frozen=True):
+    """A password set: the sessions it ended (their sockets are to be closed)."""
+
+    ended_sessions: tuple[str, ...]
 
 
-def check_password(password: str, encoded: str | None) -> bool:
-    """Constant-time check; a missing hash still costs one scrypt so timing reveals nothing."""
-    if not encoded:
-        hash_password(password)
-        return False
-    _, n, r, p, salt, digest = encoded.split("$")
-    candidate = hashlib.scrypt(password.encode(), salt=b64decode(salt), n=int(n), r=int(r), p=int(p), dklen=32)
-    return hmac.compare_digest(candidate, b64decode(digest))
+def _checked_and_hashed(current: str | None, encoded: str | None, new: str, cost: ScryptCost) -> str | None:
+    """`new` hashed at `cost` if `current` is the password of `encoded` (or no check is asked: None), else
+    None. One worker call: the two hashes never hold their memory at once."""
+    if current is not None and not check_password(current, encoded, cost):
+        return None
+    return hash_password(new, cost)
+
+
+async def _hashed(hashing: PasswordHashing | None, fn: Callable[..., T], *args: object) -> T:
+    """`fn(*args)` on a worker thread: in the `hashing` limiter when given (it may raise RateLimited)."""
+    if hashing is not None:
+        return await hashing.run(fn, *args)
+    return await anyio.to_thread.run_sync(fn, *args)
 
 
 def token_digest(token: str) -> str:
@@ -119,11 +125,15 @@ def _row_to_account(row: sqlite3.Row) -> Account:
 
 
 class Accounts:
-    """The accounts service. `clock` is injectable so expiry can be tested."""
+    """The accounts service. `clock` is injectable so expiry can be tested; `password_cost` so tests
+    that are not about hashing can make their accounts cheaply (the server always uses `SCRYPT_COST`)."""
 
-    def __init__(self, db: Database, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, db: Database, clock: Callable[[], float] = time.time, *, password_cost: ScryptCost = SCRYPT_COST
+    ) -> None:
         self._db = db
         self._clock = clock
+        self._password_cost = password_cost
 
     async def ensure_owner(self) -> Account:
         """Return the owner account, creating it on first start."""
@@ -140,10 +150,14 @@ class Accounts:
         return _row_to_account(await self._db.transaction(q))
 
     async def create(self, name: str, password: str | None = None) -> Account:
+        """A new account; its password, if any, must pass the policy (else `Unprocessable`)."""
         name = name.strip()
         if not name or len(name) > _NAME_MAX or any(c.isspace() or not c.isprintable() for c in name):
             raise BadRequest(f"Account names are 1-{_NAME_MAX} printable characters without spaces")
-        encoded = await anyio.to_thread.run_sync(hash_password, password) if password else None
+        encoded = None
+        if password:
+            await anyio.to_thread.run_sync(check_new_password, password, name)
+            encoded = await anyio.to_thread.run_sync(hash_password, password, self._password_cost)
         account_id, now = uuid.uuid4().hex, self._clock()
 
         def q(conn: sqlite3.Connection) -> None:
@@ -216,17 +230,85 @@ class Accounts:
     ) -> Account | None:
         """The enabled account whose password this is, else None (same cost either way).
 
-        With `hashing`, the hash runs in that limiter (the login route's), which may raise RateLimited.
+        A right password whose hash is weaker than the current cost is hashed again, in the same worker
+        call, and the new hash stored. With `hashing`, the hash runs in that limiter (the login route's),
+        which may raise RateLimited.
         """
         row = await self._db.run(lambda c: c.execute("SELECT * FROM accounts WHERE name = ?", (name,)).fetchone())
         encoded = row["password_hash"] if row is not None else None
-        if hashing is not None:
-            ok = await hashing.run(check_password, password, encoded)
-        else:
-            ok = await anyio.to_thread.run_sync(check_password, password, encoded)
-        if not ok or row is None or row["disabled"]:
+        outcome = await _hashed(hashing, verify, password, encoded, self._password_cost)
+        if not outcome.ok or row is None or row["disabled"]:
             return None
+        if outcome.rehashed is not None:
+            await self._replace_hash(row["id"], encoded, outcome.rehashed, keep_session=None, end_sessions=False)
         return _row_to_account(row)
+
+    async def has_password(self, account_id: str) -> bool:
+        row = await self._db.run(
+            lambda c: c.execute("SELECT password_hash FROM accounts WHERE id = ?", (account_id,)).fetchone()
+        )
+        return row is not None and row["password_hash"] is not None
+
+    async def set_password(
+        self,
+        account_id: str,
+        new_password: str,
+        *,
+        current_password: str | None = None,
+        hashing: PasswordHashing | None = None,
+        keep_session: str | None = None,
+    ) -> PasswordChanged | None:
+        """Give the account `new_password` and end its sessions but `keep_session`, in one transaction.
+
+        A new password the policy refuses raises `Unprocessable` before any hash. With `current_password`
+        (a person changing their own) the account's password must be it, else None and nothing changes;
+        `""` sets a first password on an account that has none (the caller decides who may). Without it
+        (the operator's `pheby account password`) nothing is checked. API tokens are not touched: a
+        password change ends sign-ins, not the keys the operator handed out.
+        """
+        row = await self._db.run(
+            lambda c: c.execute("SELECT name, password_hash FROM accounts WHERE id = ?", (account_id,)).fetchone()
+        )
+        if row is None:
+            raise NotFound("Account not found")
+        await anyio.to_thread.run_sync(check_new_password, new_password, row["name"])
+        encoded: str | None = row["password_hash"]
+        first = current_password == "" and encoded is None
+        check = current_password if current_password is not None and not first else None
+        replacement = await _hashed(hashing, _checked_and_hashed, check, encoded, new_password, self._password_cost)
+        if replacement is None:
+            return None
+        ended = await self._replace_hash(account_id, encoded, replacement, keep_session=keep_session, end_sessions=True)
+        return PasswordChanged(ended_sessions=ended)
+
+    async def _replace_hash(
+        self, account_id: str, old: str | None, new: str, *, keep_session: str | None, end_sessions: bool
+    ) -> tuple[str, ...]:
+        """Store `new` in place of `old` (unless another change came first: `Conflict`) and, if asked, end
+        the account's sessions but `keep_session`; the ended sessions' ids."""
+        now = self._clock()
+
+        def q(conn: sqlite3.Connection) -> tuple[str, ...]:
+            replaced = conn.execute(
+                "UPDATE accounts SET password_hash = ? WHERE id = ? AND password_hash IS ?", (new, account_id, old)
+            ).rowcount
+            if not replaced:
+                raise Conflict("The password was changed meanwhile; try again")
+            if not end_sessions:
+                return ()
+            rows = conn.execute(
+                "UPDATE auth_tokens SET revoked_at = ? WHERE account_id = ? AND kind = 'session' "
+                "AND revoked_at IS NULL AND id IS NOT ? RETURNING id",
+                (now, account_id, keep_session),
+            ).fetchall()
+            return tuple(r[0] for r in rows)
+
+        try:  # a change is on disk when it returns: a crash must not bring the old password or sessions back
+            return await self._db.transaction(q, durable=end_sessions)
+        except Conflict:
+            if end_sessions:
+                raise
+            return ()  # a rehash at sign-in that lost to a change: the change's hash stays
 
     async def issue_token(
         self,
@@ -261,6 +343,13 @@ class Accounts:
             )
         )
         return IssuedToken(token=token, token_id=token_id, expires_at=expires_at)
+
+    async def sign_in_method(self, token_id: str) -> str | None:
+        """How the session `token_id` was signed in (`pheby.signin.sessions.SignInMethod`); None for an API token."""
+        row = await self._db.run(
+            lambda c: c.execute("SELECT method FROM auth_tokens WHERE id = ?", (token_id,)).fetchone()
+        )
+        return None if row is None else row["method"]
 
     async def resolve_token(self, token: str) -> ResolvedToken | None:
         """The live token's account: not revoked, not expired, account not disabled."""

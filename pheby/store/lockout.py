@@ -97,12 +97,14 @@ class FailureLimiter:
 
 
 class PasswordHashing:
-    """Password checks (scrypt: ~16 MiB and tens of milliseconds each) run `slots` at a time.
+    """Password checks (scrypt at `SCRYPT_COST`: 128 MiB and about half a second of a core each) run
+    `slots` at a time.
 
     They run on worker threads counted by a limiter of their own, so a flood of logins can neither
     take the threads that blob, memory and PDF work share (anyio's default limiter) nor hold more
-    than `slots` hashes' memory. A caller waits at most `wait` seconds for a slot, then gets
-    `RateLimited`.
+    than `slots` hashes' memory: with the login guard's 2 slots, 256 MiB and two cores at most. A
+    caller's hashes (a check, then a rehash or the new password's hash) run one after the other in
+    its one slot. A caller waits at most `wait` seconds for a slot, then gets `RateLimited`.
     """
 
     def __init__(self, slots: int = 2, wait: float = 3.0) -> None:
