@@ -28,6 +28,7 @@ from pheby.runs.journal import RunJournal
 from pheby.runs.reattach import reattach
 from pheby.search.index import SearchIndex
 from pheby.settings import Settings
+from pheby.signin.passkeys import Passkeys
 from pheby.store.accounts import Accounts
 from pheby.store.artifacts import ArtifactLimits, Artifacts
 from pheby.store.attachments import Attachments, attachment_added
@@ -55,6 +56,7 @@ class Services:
         self.login_guard = LoginGuard(db)
         self.hello_limiter = FailureLimiter(db, "hello")
         self.push_action_limiter = FailureLimiter(db, "push_action", limit=10)  # answers with a wrong token
+        self.passkeys = Passkeys(db, accounts)  # registration and sign-in (`pheby.signin.passkeys`)
         self.sockets_before_hello = AddressSlots(limit=8)
         self.hub = CoalescingHub(
             max_sockets=settings.ws_max_connections,

@@ -26,6 +26,9 @@ from handlers import (
     attachments_upload,
     auth_login,
     auth_logout,
+    auth_passkey,
+    auth_passkey_options,
+    auth_reauthenticate,
     capabilities,
     connectors,
     conversations_export,
@@ -42,6 +45,10 @@ from handlers import (
     memory_get,
     memory_put,
     metrics,
+    passkeys_create,
+    passkeys_delete,
+    passkeys_list,
+    passkeys_options,
     push_actions,
     push_config,
     push_subscriptions_create,
@@ -77,6 +84,8 @@ PUBLIC_ROUTES: list[ControllerRouterHandler] = [
     health.healthz,
     readyz.readyz,
     auth_login.login,  # the way to get a credential
+    auth_passkey_options.passkey_sign_in_options,  # passkeys: the challenge, then the signed answer
+    auth_passkey.passkey_sign_in,
     push_actions.answer_push_action,  # the answer token is the credential
     pheby_socket,  # authenticates with its hello message
     attachments_upload.upload_attachment,  # Bearer, ApiKey or X-Pheby-Secret
@@ -93,6 +102,11 @@ PUBLIC_ROUTES: list[ControllerRouterHandler] = [
 API_ROUTES: list[ControllerRouterHandler] = [
     auth_logout.logout,
     me.me,
+    auth_reauthenticate.reauthenticate_session,
+    passkeys_options.passkey_registration_options,
+    passkeys_create.add_passkey,
+    passkeys_list.list_passkeys,
+    passkeys_delete.delete_passkey,
     hope_attachments_create.create_hope_attachment,
     hope_attachments_list.list_hope_attachments,
     hope_attachments_get.get_hope_attachment,

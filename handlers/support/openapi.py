@@ -104,9 +104,8 @@ def download_operation(
     return DownloadOperation
 
 
-def struct_schema(type_: type[Any]) -> Schema:
-    """msgspec's JSON Schema of a struct as one self-contained schema (its `$defs` written in place)."""
-    document = msgspec.json.schema(type_)
+def _inlined(document: dict[str, Any]) -> dict[str, Any]:
+    """A msgspec JSON Schema document with its `$defs` written in place (the OpenAPI document has no `$defs`)."""
     definitions = document.get("$defs", {})
 
     def inline(node: Any) -> Any:
@@ -118,8 +117,14 @@ def struct_schema(type_: type[Any]) -> Schema:
             return [inline(item) for item in node]
         return node
 
-    schema = inline(document)
+    schema: dict[str, Any] = inline(document)
     schema.pop("$defs", None)
+    return schema
+
+
+def struct_schema(type_: type[Any]) -> Schema:
+    """msgspec's JSON Schema of a struct as one self-contained schema (its `$defs` written in place)."""
+    schema = _inlined(msgspec.json.schema(type_))
     return Schema(
         type=OpenAPIType.OBJECT,
         title=schema.get("title"),
@@ -137,8 +142,7 @@ def json_body(type_: type[Any], **extra: Any) -> BodyKwarg:
     object-level keywords (`minProperties`, `anyOf`). Routes that validate the body themselves
     (`read_body` on a dict) document the struct they validate with.
     """
-    document = msgspec.json.schema(type_)
-    schema = document["$defs"][document["$ref"].rsplit("/", 1)[1]]
+    schema = _inlined(msgspec.json.schema(type_))  # nested structs too
     keywords = {"properties": schema["properties"], "required": schema.get("required") or None}
     keywords |= {"additional_properties": schema.get("additionalProperties"), "title": schema["title"]}
     body: BodyKwarg = Body(media_type=RequestEncodingType.JSON, schema_extra={**keywords, **extra})
