@@ -1,5 +1,6 @@
 // The sign-in screen: the owner secret, or an account's username and password.
 import { html, useState } from "../lib/html.js";
+import { PasskeySignIn, PasskeyTab } from "./signin/passkey.js";
 
 export function SignIn({ client, state }) {
   const [mode, setMode] = useState("secret");
@@ -8,6 +9,7 @@ export function SignIn({ client, state }) {
   const [password, setPassword] = useState("");
   const [keep, setKeep] = useState(false);
   const busy = state.status === "connecting";
+  const passkey = mode === "passkey";
 
   const submit = (event) => {
     event.preventDefault();
@@ -23,8 +25,9 @@ export function SignIn({ client, state }) {
         <div class="tabs" role="tablist" aria-label="Sign-in method">
           <button type="button" role="tab" aria-selected=${mode === "secret"} onClick=${() => setMode("secret")}>Secret</button>
           <button type="button" role="tab" aria-selected=${mode === "password"} onClick=${() => setMode("password")}>Password</button>
+          <${PasskeyTab} selected=${passkey} onSelect=${() => setMode("passkey")} />
         </div>
-        ${mode === "secret"
+        ${passkey ? html`<${PasskeySignIn} />` : mode === "secret"
           ? html`<label>Owner secret or token
               <input type="password" name="secret" autocomplete="current-password" required value=${secret}
                 onInput=${(e) => setSecret(e.target.value)} autofocus /></label>`
@@ -33,9 +36,9 @@ export function SignIn({ client, state }) {
               <label>Password
                 <input type="password" name="password" autocomplete="current-password" required value=${password}
                   onInput=${(e) => setPassword(e.target.value)} /></label>`}
-        <label class="check"><input type="checkbox" checked=${keep} onChange=${(e) => setKeep(e.target.checked)} /> Keep me signed in</label>
+        ${!passkey && html`<label class="check"><input type="checkbox" checked=${keep} onChange=${(e) => setKeep(e.target.checked)} /> Keep me signed in</label>`}
         ${state.signInError && html`<p class="error" role="alert">${state.signInError}</p>`}
-        <button class="primary" type="submit" disabled=${busy}>${busy ? "Signing in…" : "Sign in"}</button>
+        ${!passkey && html`<button class="primary" type="submit" disabled=${busy}>${busy ? "Signing in…" : "Sign in"}</button>`}
         <p class="muted small">The secret is printed by <code>make run</code>. It stays in this tab unless you tick “Keep me signed in”.</p>
       </form>
     </main>`;
