@@ -19,6 +19,7 @@ from playwright.sync_api import Browser, CDPSession, Page, expect
 from webauthn.helpers import decode_credential_public_key
 from webauthn.helpers.cose import COSEAlgorithmIdentifier
 
+from pheby.store.accounts import token_digest
 from tests.browser import WebPage, on_server_loop, wait_until
 from tests.live_server import LiveServer
 
@@ -165,8 +166,6 @@ def with_client_data(credential: dict[str, Any], **changes: Any) -> dict[str, An
 
 
 def session_method(live: LiveServer, token: str) -> str:
-    from pheby.store.accounts import token_digest
-
     row = on_server_loop(
         live,
         live.services.db.run(
@@ -246,8 +245,8 @@ def test_es256_eddsa_and_rs256_passkeys_are_accepted(
 ) -> None:
     add_account(live, account)
     only = [{"type": "public-key", "alg": int(algorithm)}]  # the browser is offered this algorithm alone
-    credential = register(live, device, sign_in_token(live, account), pubKeyCredParams=only)
-    stored = on_server_loop(live, live.services.passkeys.store.of_account(credential_account(live, account)))
+    register(live, device, sign_in_token(live, account), pubKeyCredParams=only)
+    stored = on_server_loop(live, live.services.passkeys.store.of_account(account_id(live, account)))
     assert decode_credential_public_key(stored[0].public_key).alg == algorithm
     signed_in = sign_in(live, assertion(live, device))
     assert signed_in.status_code == 200, signed_in.text
@@ -255,7 +254,7 @@ def test_es256_eddsa_and_rs256_passkeys_are_accepted(
     assert me.json()["name"] == account
 
 
-def credential_account(live: LiveServer, name: str) -> str:
+def account_id(live: LiveServer, name: str) -> str:
     account = on_server_loop(live, live.services.accounts.get_by_name(name))
     return account.id
 
@@ -267,7 +266,7 @@ def test_another_origin_a_wrong_challenge_a_replay_and_a_lowered_count_are_refus
 
     first = assertion(live, device)  # signed with count n (its challenge still open)
     second = assertion(live, device)  # count n + 1
-    elsewhere = with_client_data(assertion(live, device), origin="http://127.0.0.1:%d" % live.settings.port)
+    elsewhere = with_client_data(assertion(live, device), origin=f"http://127.0.0.1:{live.settings.port}")
     assert "origin" in refusal(sign_in(live, elsewhere))
 
     never_given = base64.urlsafe_b64encode(b"a challenge the server never gave!").rstrip(b"=").decode()
