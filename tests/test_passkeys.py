@@ -193,12 +193,19 @@ def test_a_passkey_added_on_the_security_page_signs_in_from_the_sign_in_screen(
 
     device.page.get_by_role("button", name="Sign out").click()
     device.page.get_by_role("tab", name="Passkey").click()
-    device.page.get_by_role("button", name="Sign in with a passkey").click()
 
     def session_cookie() -> str | None:
         return next((c["value"] for c in device.page.context.cookies() if c["name"] == "hope_session"), None)
 
-    token = wait_until(device.page, session_cookie, "the passkey sign-in set the session cookie")
+    before = session_cookie()
+    device.page.get_by_role("button", name="Sign in with a passkey").click()
+
+    def new_session_cookie() -> str | None:
+        cookie = session_cookie()
+        return cookie if cookie != before else None
+
+    token = wait_until(device.page, new_session_cookie, "the passkey sign-in set a new session cookie")
+    assert token is not None
     me = httpx.get(live.base_url + "/api/me", cookies={"hope_session": token})
     assert me.status_code == 200
     assert me.json()["name"] == "ada"
