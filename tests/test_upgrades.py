@@ -48,7 +48,7 @@ from tests.live_server import LiveServer, free_port, hermes_settings
 from tests.ws_client import PhebyClient
 
 ROOT = Path(__file__).resolve().parent.parent
-LEVELS = [pytest.param(level, id=f"from-{level}") for level in range(1, fx.CURRENT + 1)]
+LEVELS = [pytest.param(level, id=f"from-{level}") for level in fx.VERSIONS]
 NEWER = fx.CURRENT + 2
 REFUSAL = (
     f"the data dir's schema is version {NEWER}; this server knows up to {fx.CURRENT}: "
@@ -97,7 +97,7 @@ async def test_each_level_upgrades_in_the_database_with_every_row_kept(tmp_path:
     conn = sqlite3.connect(fixture.database)
     try:
         versions = [row[0] for row in conn.execute("SELECT version FROM schema_migrations ORDER BY version")]
-        assert versions == list(range(1, fx.CURRENT + 1))
+        assert versions == fx.VERSIONS
         assert _rows_of(conn, fixture.columns) == kept  # every row, every value it had
         assert _schema(conn) == _schema(fresh)  # the schema a new install gets
         assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
