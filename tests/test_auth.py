@@ -212,9 +212,10 @@ async def test_database_holds_no_token_in_clear(client: AsyncTestClient[Litestar
     assert "pw-123456" not in dump
 
 
-# Outside the `/api` router on purpose: the way to get a credential, and the answer from a notification
+# Outside the `/api` router on purpose: the ways to get a credential, and the answer from a notification
 # (its token is the credential: tests/test_push_e2e.py).
 PUBLIC_API_PATHS = {"/api/auth/login", "/api/push/actions"}
+PUBLIC_API_PATHS |= {"/api/auth/passkey/options", "/api/auth/passkey"}  # passkey sign-in
 
 
 def api_operations(app: Litestar) -> list[tuple[str, str]]:
