@@ -4,6 +4,8 @@
 The ceremonies themselves, in a real browser, are in tests/test_passkeys.py.
 """
 
+import base64
+import json
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -22,7 +24,7 @@ from tests.test_auth import add_account
 pytestmark = pytest.mark.anyio
 OWNER = {"Authorization": f"Bearer {TEST_SECRET}"}
 # A well-formed registration that answers no challenge: the rules before verification are what is tested.
-FAKE_REGISTRATION = {
+FAKE_REGISTRATION: dict[str, Any] = {
     "name": "k",
     "credential": {
         "id": "AAAA",
@@ -31,7 +33,7 @@ FAKE_REGISTRATION = {
         "response": {"clientDataJSON": "e30", "attestationObject": "oA"},
     },
 }
-FAKE_ASSERTION = {
+FAKE_ASSERTION: dict[str, Any] = {
     "credential": {
         "id": "AAAA",
         "rawId": "AAAA",
@@ -152,12 +154,26 @@ async def test_garbage_inside_a_well_formed_response_is_refused_not_a_crash(api:
     for response in (
         {"clientDataJSON": "bm90IGpzb24", "authenticatorData": "AA", "signature": "AA"},
         {"clientDataJSON": client_data, "authenticatorData": "AA", "signature": "AA", "userHandle": "AA"},
+        {"clientDataJSON": client_data, "authenticatorData": "AA", "signature": "AA", "userHandle": "A"},
     ):
         credential = {**FAKE_ASSERTION["credential"], "response": response}
         refused = await api.post("/api/auth/passkey", json={"credential": credential})
         assert refused.status_code == 401, refused.text
     assert options["userVerification"] == "required"
     assert options["allowCredentials"] == []  # discoverable credentials: no username needed
+
+
+@pytest.mark.parametrize("attestation_object", ["", "AA", "oA", "o2NmbXRkbm9uZWdhdHRTdG10oGhhdXRoRGF0YUEA", "_-_-_-_-"])
+async def test_garbage_inside_a_registration_is_refused_not_a_crash(api: Api, attestation_object: str) -> None:
+    options = (await api.post("/api/auth/passkeys/options", headers=OWNER)).json()
+    origin = (await api.get("/api/auth/passkeys", headers=OWNER)).json()["origin"]
+    client_data = {"type": "webauthn.create", "challenge": options["challenge"], "origin": origin}
+    encoded = base64.urlsafe_b64encode(json.dumps(client_data).encode()).rstrip(b"=").decode()
+    response = {"clientDataJSON": encoded, "attestationObject": attestation_object, "transports": ["nfc", "warp"]}
+    body = {"name": "k", "credential": {**FAKE_REGISTRATION["credential"], "response": response}}
+    refused = await api.post("/api/auth/passkeys", headers=OWNER, json=body)
+    assert refused.status_code == 400, refused.text
+    assert error_code(refused) == "passkey_registration_refused"
 
 
 async def test_registration_options_want_a_verified_discoverable_credential(api: Api) -> None:

@@ -50,6 +50,9 @@ SUPPORTED_ALGORITHMS = [
     COSEAlgorithmIdentifier.RSASSA_PKCS1_v1_5_SHA_256,  # RS256
 ]
 TIMEOUT_MS = 120_000
+# What py_webauthn's parsing of untrusted bytes (CBOR, COSE, JSON, DER) may raise besides its own errors: a
+# refusal each, never a 500.
+MALFORMED = (WebAuthnException, ValueError, TypeError, KeyError, IndexError, AttributeError, ArithmeticError)
 _KNOWN_TRANSPORTS = {t.value for t in AuthenticatorTransport}
 
 # base64url, as WebAuthn's JSON forms carry binary (padding tolerated); bounded like every string in.
@@ -191,7 +194,7 @@ class Passkeys:
                 require_user_verification=True,
                 supported_pub_key_algs=SUPPORTED_ALGORITHMS,
             )
-        except (WebAuthnException, ValueError, TypeError) as exc:
+        except MALFORMED as exc:
             raise RegistrationRefused(f"That passkey could not be added: {_reason(exc)}") from None
         passkey = await self.store.add(
             principal.account.id,
@@ -226,13 +229,13 @@ class Passkeys:
             raise PasskeyRefused("That sign-in answers no open challenge (a used or expired one, or none of ours)")
         try:
             credential_id = base64url_to_bytes(credential.raw_id)
+            user_handle = _optional_bytes(credential.response.user_handle)
         except ValueError:
             raise PasskeyRefused("That passkey response is malformed") from None
         passkey = await self.store.by_credential_id(credential_id)
         if passkey is None:
             raise PasskeyRefused("That passkey is not registered here")
-        user_handle = credential.response.user_handle
-        if user_handle is not None and base64url_to_bytes(user_handle) != passkey.account_id.encode():
+        if user_handle is not None and user_handle != passkey.account_id.encode():
             raise PasskeyRefused("That passkey belongs to another account")
         try:
             verified = verify_authentication_response(
@@ -244,7 +247,7 @@ class Passkeys:
                 credential_current_sign_count=passkey.sign_count,
                 require_user_verification=True,
             )
-        except (WebAuthnException, ValueError, TypeError) as exc:
+        except MALFORMED as exc:
             raise PasskeyRefused(f"That passkey was not accepted: {_reason(exc)}") from None
         if not await self.store.record_use(passkey, verified.new_sign_count):
             raise PasskeyRefused("That passkey was used by another sign-in at the same moment")
@@ -252,6 +255,10 @@ class Passkeys:
         if account.disabled:
             raise PasskeyRefused("That account is disabled")
         return account
+
+
+def _optional_bytes(value: str | None) -> bytes | None:
+    return None if value is None else base64url_to_bytes(value)
 
 
 def _reason(exc: Exception) -> str:
