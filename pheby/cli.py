@@ -1,4 +1,4 @@
-"""The `pheby` console command: `serve`, `account create|token|disable|enable|revoke|list|hermes`,
+"""The `pheby` console command: `serve`, `account create|token|disable|enable|revoke|passkeys-off|list|hermes`,
 `hermes install-plugin`, `backup` and `restore` (`pheby.backup`).
 
 `serve` needs the app factory, which lives above `pheby` (`handlers.support.app.create_app`): the
@@ -20,6 +20,7 @@ from pheby.db import Database, SchemaTooNew, check_schema_version
 from pheby.errors import PhebyError
 from pheby.settings import DEFAULT_DATA_DIR, Settings, SettingsError, load_settings
 from pheby.store.accounts import Account, Accounts, HermesAccountSettings
+from pheby.store.passkeys import PasskeyStore
 
 if TYPE_CHECKING:  # importing Litestar would slow every account command
     from litestar import Litestar
@@ -70,6 +71,11 @@ def _parser() -> argparse.ArgumentParser:
         "prints JSON {id, name, revoked}",
     )
     revoke.add_argument("name")
+    passkeys_off = account.add_parser(
+        "passkeys-off",
+        help="remove every passkey of an account (they sign in no more); prints JSON {id, name, removed}",
+    )
+    passkeys_off.add_argument("name")
     account.add_parser("list", help="list the accounts as JSON (no secrets)")
     own = account.add_parser(
         "hermes",
@@ -260,6 +266,9 @@ async def _account_command(settings: Settings, args: argparse.Namespace) -> obje
             return await _set_hermes(accounts, args)
         if args.action == "list":
             return [_listed(a) for a in await accounts.list_all()]
+        if args.action == "passkeys-off":
+            account = await accounts.get_by_name(args.name)
+            return {"id": account.id, "name": account.name, "removed": await PasskeyStore(db).delete_all(account.id)}
         if args.action == "revoke":
             account, revoked = await accounts.revoke_all(args.name)
             return {"id": account.id, "name": account.name, "revoked": revoked}

@@ -4,18 +4,24 @@
 The ceremonies themselves, in a real browser, are in tests/test_passkeys.py.
 """
 
+import asyncio
 import base64
 import json
 import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from handlers.support.app import create_app
+from pheby.cli import main
+from pheby.db import Database
 from pheby.services import Services
 from pheby.settings import Settings
+from pheby.store.accounts import Accounts
+from pheby.store.passkeys import PasskeyStore
 from tests.app_client import BASE, Api
 from tests.conftest import TEST_SECRET
 from tests.live_server import LiveServer
@@ -246,3 +252,27 @@ def test_the_origin_is_the_port_the_server_really_listens_on(
     assert port != 0
     listed = httpx.get(f"http://127.0.0.1:{port}/api/auth/passkeys", headers={**OWNER, "Host": "localhost:1"}).json()
     assert listed["origin"] == f"http://localhost:{port}"
+
+
+def test_the_operator_removes_every_passkey_of_an_account(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`pheby account passkeys-off NAME`: after a compromise, revoking sessions leaves no planted passkey behind."""
+    assert main(["--data-dir", str(tmp_path), "account", "create", "alice"]) == 0
+    capsys.readouterr()
+
+    async def add_two() -> None:
+        db = Database(tmp_path / "pheby.sqlite3")
+        await db.open()
+        try:
+            alice = await Accounts(db).get_by_name("alice")
+            for n in range(2):
+                await PasskeyStore(db).add(
+                    alice.id, credential_id=bytes([n]), public_key=b"k", sign_count=0, transports=(), name=f"k{n}"
+                )
+        finally:
+            await db.close()
+
+    asyncio.run(add_two())
+    assert main(["--data-dir", str(tmp_path), "account", "passkeys-off", "alice"]) == 0
+    assert json.loads(capsys.readouterr().out)["removed"] == 2
+    assert main(["--data-dir", str(tmp_path), "account", "passkeys-off", "alice"]) == 0
+    assert json.loads(capsys.readouterr().out)["removed"] == 0

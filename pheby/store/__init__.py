@@ -1,6 +1,7 @@
 """The SQL stores, one module per domain: `accounts` (and tokens), `conversations`, `artifacts`,
 `attachments` (metadata here, bytes in `storage`), the change feed (`changes`), `lockout` (failed
-attempts, password hashing), `task_owners` and upload `quotas`.
+attempts, password hashing), `task_owners`, upload `quotas`, `passkeys` (and their WebAuthn
+challenges) and `reauthentication` (when a session last proved who holds it).
 
 May import: the basics (`pheby.db`, `pheby.errors`, `pheby.settings`), `pheby.files`,
 `pheby.protocol.frames` (wire shapes of stored things) and `storage`; never `pheby.protocol.hub`,

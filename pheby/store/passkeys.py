@@ -117,6 +117,13 @@ class PasskeyStore:
         )
         return bool(deleted)
 
+    async def delete_all(self, account_id: str) -> int:
+        """Remove every passkey of the account (the operator's `pheby account passkeys-off`); how many."""
+        deleted: int = await self._db.run(
+            lambda c: c.execute("DELETE FROM passkeys WHERE account_id = ?", (account_id,)).rowcount
+        )
+        return deleted
+
     async def record_use(self, passkey: Passkey, new_sign_count: int) -> bool:
         """Store the count an assertion reported, only if the row still has the count it was checked
         against: of two assertions checked at once, one wins and the other is refused."""
