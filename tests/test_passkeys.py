@@ -22,6 +22,7 @@ from webauthn.helpers.cose import COSEAlgorithmIdentifier
 from pheby.store.accounts import token_digest
 from tests.browser import WebPage, on_server_loop, wait_until
 from tests.live_server import LiveServer
+from tests.test_web_accessibility import serious_violations
 
 pytestmark = [pytest.mark.live, pytest.mark.xdist_group("browser")]
 
@@ -184,6 +185,7 @@ def test_a_passkey_added_on_the_security_page_signs_in_from_the_sign_in_screen(
     device.sign_in_with_password("ada")
     device.show_passkeys_section()
     expect(device.page.get_by_text("No passkeys yet.")).to_be_visible()
+    assert serious_violations(device.page) == []
     device.page.get_by_label("Name").fill("Work laptop")
     device.page.get_by_role("button", name="Add a passkey").click()
     passkeys = device.page.get_by_role("list", name="Your passkeys")
@@ -193,6 +195,9 @@ def test_a_passkey_added_on_the_security_page_signs_in_from_the_sign_in_screen(
 
     device.page.get_by_role("button", name="Sign out").click()
     device.page.get_by_role("tab", name="Passkey").click()
+    expect(device.page.get_by_role("button", name="Sign in with a passkey")).to_be_visible()
+    assert serious_violations(device.page) == []
+    device.web.screenshot("sign-in-passkey")
 
     def session_cookie() -> str | None:
         return next((c["value"] for c in device.page.context.cookies() if c["name"] == "hope_session"), None)
@@ -216,7 +221,9 @@ def test_a_passkey_added_on_the_security_page_signs_in_from_the_sign_in_screen(
     device.web.assert_no_console_errors()
 
 
-def test_adding_a_passkey_long_after_signing_in_asks_for_the_password_first(device: Device, live: LiveServer) -> None:
+def test_adding_a_passkey_long_after_signing_in_asks_for_the_password_first_and_it_can_be_removed(
+    device: Device, live: LiveServer
+) -> None:
     add_account(live, "grace")
     device.sign_in_with_password("grace")
     long_ago = time.time() - 600
@@ -236,6 +243,11 @@ def test_adding_a_passkey_long_after_signing_in_asks_for_the_password_first(devi
     device.page.get_by_role("button", name="Confirm and add").click()
     expect(device.page.get_by_role("list", name="Your passkeys").get_by_role("listitem")).to_have_count(1)
     assert len(on_server_loop(live, live.services.passkeys.store.of_account(grace.id))) == 1
+
+    device.page.get_by_role("button", name="Remove passkey Passkey").click()  # unnamed: "Passkey"
+    expect(device.page.get_by_text("No passkeys yet.")).to_be_visible()
+    assert on_server_loop(live, live.services.passkeys.store.of_account(grace.id)) == []
+    assert device.web.dialogs == ["confirm: Remove the passkey “Passkey”? It can't sign in here any more."]
     device.web.assert_no_console_errors(allow="403")
 
 
