@@ -202,7 +202,7 @@ class Passkeys:
             public_key=verified.credential_public_key,
             sign_count=verified.sign_count,
             transports=tuple(t for t in credential.response.transports if t in _KNOWN_TRANSPORTS),
-            name=name.strip() or "Passkey",
+            name="".join(c for c in name if c.isprintable()).strip() or "Passkey",
         )
         if passkey is None:
             raise Conflict("That passkey is registered already")
