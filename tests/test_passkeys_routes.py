@@ -21,7 +21,7 @@ from pheby.db import Database
 from pheby.services import Services
 from pheby.settings import Settings
 from pheby.store.accounts import Accounts
-from pheby.store.passkeys import PasskeyStore
+from pheby.store.passkeys import MAX_OPEN_REGISTER_CHALLENGES, MAX_OPEN_SIGN_IN_CHALLENGES, PasskeyStore
 from tests.app_client import BASE, Api
 from tests.conftest import TEST_SECRET
 from tests.live_server import LiveServer
@@ -180,6 +180,20 @@ async def test_garbage_inside_a_registration_is_refused_not_a_crash(api: Api, at
     refused = await api.post("/api/auth/passkeys", headers=OWNER, json=body)
     assert refused.status_code == 400, refused.text
     assert error_code(refused) == "passkey_registration_refused"
+
+
+async def test_open_challenges_are_bounded(api: Api) -> None:
+    """Challenges wait on the server until used or expired: a flood of options requests can't grow them unbounded."""
+    for _ in range(MAX_OPEN_REGISTER_CHALLENGES):
+        assert (await api.post("/api/auth/passkeys/options", headers=OWNER)).status_code == 200
+    flood = await api.post("/api/auth/passkeys/options", headers=OWNER)
+    assert flood.status_code == 429
+    challenges = services_of(api).passkeys.challenges
+    for n in range(MAX_OPEN_SIGN_IN_CHALLENGES):
+        assert await challenges.put(n.to_bytes(4, "big"), "sign_in")
+    flood = await api.post("/api/auth/passkey/options")
+    assert flood.status_code == 429
+    assert int(flood.headers["retry-after"]) > 0
 
 
 async def test_registration_options_want_a_verified_discoverable_credential(api: Api) -> None:

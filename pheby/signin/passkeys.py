@@ -159,7 +159,8 @@ class Passkeys:
         user verification required, none of the account's passkeys again."""
         account = principal.account
         challenge = generate_challenge()
-        await self.challenges.put(challenge, "register", account_id=account.id, token_id=principal.token_id)
+        if not await self.challenges.put(challenge, "register", account_id=account.id, token_id=principal.token_id):
+            raise RateLimited("Too many passkey registrations begun; finish one, or try again in a few minutes")
         options = generate_registration_options(
             rp_id=rp.id,
             rp_name=rp.name,

@@ -19,6 +19,7 @@ CHALLENGE_TTL_SECONDS = 300.0
 # Sign-in challenges are asked for without credentials: at most this many wait at once (each is
 # purged when it expires), so a flood of options requests can't grow the table without bound.
 MAX_OPEN_SIGN_IN_CHALLENGES = 1000
+MAX_OPEN_REGISTER_CHALLENGES = 20  # per account: a signed-in client has no reason for more
 
 
 class Passkey(msgspec.Struct, frozen=True, kw_only=True):
@@ -157,7 +158,8 @@ class ChallengeStore:
         account_id: str | None = None,
         token_id: str | None = None,
     ) -> bool:
-        """Keep a new challenge; False (nothing kept) when too many sign-in challenges are open."""
+        """Keep a new challenge; False (nothing kept) when too many of its kind are open (sign-in: in all;
+        registration: the account's)."""
         now = self._clock()
 
         def q(conn: sqlite3.Connection) -> bool:
@@ -166,8 +168,15 @@ class ChallengeStore:
                 (open_count,) = conn.execute(
                     "SELECT COUNT(*) FROM webauthn_challenges WHERE purpose = 'sign_in'"
                 ).fetchone()
-                if open_count >= MAX_OPEN_SIGN_IN_CHALLENGES:
-                    return False
+                limit = MAX_OPEN_SIGN_IN_CHALLENGES
+            else:
+                (open_count,) = conn.execute(
+                    "SELECT COUNT(*) FROM webauthn_challenges WHERE purpose = 'register' AND account_id = ?",
+                    (account_id,),
+                ).fetchone()
+                limit = MAX_OPEN_REGISTER_CHALLENGES
+            if open_count >= limit:
+                return False
             conn.execute(
                 "INSERT INTO webauthn_challenges (challenge, purpose, account_id, token_id, expires_at) "
                 "VALUES (?, ?, ?, ?, ?)",
