@@ -1,5 +1,6 @@
-"""The `pheby` console command: `serve`, `account create|password|token|disable|enable|revoke|list|hermes|link-oidc`,
-`hermes install-plugin`, `backup` and `restore` (`pheby.backup`).
+"""The `pheby` console command: `serve`, `account create|password|token|disable|enable|revoke|list|hermes`,
+the sign-in operator commands `account totp-off|passkeys-off|link-oidc`, `hermes install-plugin`, `backup`
+and `restore` (`pheby.backup`).
 
 `serve` needs the app factory, which lives above `pheby` (`handlers.support.app.create_app`): the
 console script (`pheby_main.main`) passes it in as `app_factory`.
@@ -20,6 +21,7 @@ from pheby.db import Database, SchemaTooNew, check_schema_version
 from pheby.errors import BadRequest, PhebyError
 from pheby.settings import DEFAULT_DATA_DIR, Settings, SettingsError, load_settings
 from pheby.store.accounts import Account, Accounts, HermesAccountSettings
+from pheby.store.passkeys import PasskeyStore
 from pheby.store.second_factor import SecondFactors
 
 if TYPE_CHECKING:  # importing Litestar would slow every account command
@@ -85,6 +87,11 @@ def _parser() -> argparse.ArgumentParser:
         "codes; prints JSON {id, name, totp}",
     )
     totp_off.add_argument("name")
+    passkeys_off = account.add_parser(
+        "passkeys-off",
+        help="remove every passkey of an account (they sign in no more); prints JSON {id, name, removed}",
+    )
+    passkeys_off.add_argument("name")
     account.add_parser("list", help="list the accounts as JSON (no secrets)")
     link_oidc = account.add_parser(
         "link-oidc",
@@ -290,6 +297,9 @@ async def _account_command(settings: Settings, args: argparse.Namespace) -> obje
             return await _link_oidc(settings, db, accounts, args)
         if args.action == "list":
             return [_listed(a) for a in await accounts.list_all()]
+        if args.action == "passkeys-off":
+            account = await accounts.get_by_name(args.name)
+            return {"id": account.id, "name": account.name, "removed": await PasskeyStore(db).delete_all(account.id)}
         if args.action == "revoke":
             account, revoked = await accounts.revoke_all(args.name)
             return {"id": account.id, "name": account.name, "revoked": revoked}

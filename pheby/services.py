@@ -29,6 +29,7 @@ from pheby.runs.reattach import reattach
 from pheby.search.index import SearchIndex
 from pheby.settings import Settings
 from pheby.signin.oidc import OidcSignIn
+from pheby.signin.passkeys import Passkeys
 from pheby.store.accounts import Accounts
 from pheby.store.artifacts import ArtifactLimits, Artifacts
 from pheby.store.attachments import Attachments, attachment_added
@@ -63,6 +64,7 @@ class Services:
         self.second_factors = SecondFactors(db)  # TOTP secrets, recovery codes, sign-in tickets
         self.code_attempts = CodeAttempts(db)  # the limits on guessing their codes
         self.oidc = OidcSignIn(settings, OidcStore(db), accounts)  # OpenID Connect sign-in
+        self.passkeys = Passkeys(db, accounts)  # registration and sign-in (`pheby.signin.passkeys`)
         self.sockets_before_hello = AddressSlots(limit=8)
         self.hub = CoalescingHub(
             max_sockets=settings.ws_max_connections,

@@ -220,6 +220,7 @@ async def test_database_holds_no_token_in_clear(client: AsyncTestClient[Litestar
 # secret), and the answer from a notification (its token is the credential: tests/test_push_e2e.py).
 PUBLIC_API_PATHS = {"/api/auth/login", "/api/auth/login/totp", "/api/auth/session", "/api/push/actions"}
 PUBLIC_API_PATHS |= {"/api/auth/oidc", "/api/auth/oidc/start", "/api/auth/oidc/callback"}  # OIDC sign-in
+PUBLIC_API_PATHS |= {"/api/auth/passkey/options", "/api/auth/passkey"}  # passkey sign-in
 
 
 def api_operations(app: Litestar) -> list[tuple[str, str]]:

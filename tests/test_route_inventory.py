@@ -39,6 +39,8 @@ OUTSIDE_THE_GUARD: dict[str, Credential] = {
     "/api/auth/login": "none",  # the way to get a credential
     "/api/auth/login/totp": "none",  # its second step: the ticket and the code are the credential
     "/api/auth/session": "none",  # the owner secret or an API token, traded for a session
+    "/api/auth/passkey/options": "none",  # passkey sign-in: the challenge, then the signed answer
+    "/api/auth/passkey": "none",
     "/api/auth/oidc": "none",  # OpenID Connect: offered?, then to the provider and back (its state is the check)
     "/api/auth/oidc/start": "none",
     "/api/auth/oidc/callback": "none",

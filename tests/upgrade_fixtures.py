@@ -518,7 +518,20 @@ def rows(hermes_url: str, bob_job: str, owner_job: str) -> list[Row]:
         ("totp_recovery_codes", {"account_id": OWNER_ID, "code_sha256": used, "used_at": BASE + 7420}),
         ("totp_tickets", {"ticket_sha256": ticket, "account_id": OWNER_ID, "expires_at": BASE + 7700}),
     ]
-    return accounts + credentials + conversations + files + artifacts + later + second_factor + oidc
+    passkeys: list[Row] = [
+        (
+            "passkeys",
+            {"id": ident("passkey:bob-phone"), "account_id": BOB_ID, "credential_id": b"bob-phone-credential"}
+            | {"public_key": b"a COSE key", "sign_count": 7, "transports": '["internal", "hybrid"]'}
+            | {"name": "Bob's phone", "created_at": BASE + 7100, "last_used_at": BASE + 7200},
+        ),
+        (
+            "webauthn_challenges",
+            {"challenge": b"an open sign-in challenge", "purpose": "sign_in", "account_id": None, "token_id": None}
+            | {"expires_at": BASE + 7300},
+        ),
+    ]
+    return accounts + credentials + conversations + files + artifacts + later + second_factor + passkeys + oidc
 
 
 BLOBS: Mapping[str, tuple[str, bytes]] = {  # attachment id → (account id, bytes); the deleted one has none

@@ -30,7 +30,10 @@ from handlers import (
     auth_oidc,
     auth_oidc_callback,
     auth_oidc_start,
+    auth_passkey,
+    auth_passkey_options,
     auth_password,
+    auth_reauthenticate,
     auth_session,
     auth_sessions_end,
     auth_sessions_end_others,
@@ -55,6 +58,10 @@ from handlers import (
     memory_get,
     memory_put,
     metrics,
+    passkeys_create,
+    passkeys_delete,
+    passkeys_list,
+    passkeys_options,
     push_actions,
     push_config,
     push_subscriptions_create,
@@ -96,6 +103,8 @@ PUBLIC_ROUTES: list[ControllerRouterHandler] = [
     auth_oidc.oidc_offer,  # OpenID Connect: offered?, then to the provider and back (its state is the check)
     auth_oidc_start.oidc_start,
     auth_oidc_callback.oidc_callback,
+    auth_passkey_options.passkey_sign_in_options,  # passkeys: the challenge, then the signed answer
+    auth_passkey.passkey_sign_in,
     push_actions.answer_push_action,  # the answer token is the credential
     pheby_socket,  # authenticates with its hello message (or the cookie); a foreign Origin is refused first
     attachments_upload.upload_attachment,  # Bearer, ApiKey, X-Pheby-Secret or the session cookie
@@ -120,6 +129,11 @@ API_ROUTES: list[ControllerRouterHandler] = [
     auth_totp_setup.totp_setup,
     auth_totp_enable.totp_enable,
     auth_totp_disable.totp_disable,
+    auth_reauthenticate.reauthenticate_session,
+    passkeys_options.passkey_registration_options,
+    passkeys_create.add_passkey,
+    passkeys_list.list_passkeys,
+    passkeys_delete.delete_passkey,
     hope_attachments_create.create_hope_attachment,
     hope_attachments_list.list_hope_attachments,
     hope_attachments_get.get_hope_attachment,

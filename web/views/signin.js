@@ -2,6 +2,7 @@
 import { html, useState } from "../lib/html.js";
 import { SecondFactorStep } from "./signin/second_factor.js";
 import { OidcSignIn } from "./signin/oidc.js";
+import { PasskeySignIn, PasskeyTab } from "./signin/passkey.js";
 
 export function SignIn({ client, state }) {
   const [mode, setMode] = useState("secret");
@@ -12,6 +13,7 @@ export function SignIn({ client, state }) {
   if (state.secondFactor) {
     return html`<${SecondFactorStep} challenge=${state.secondFactor} onCancel=${() => client.store.set({ secondFactor: null })} />`;
   }
+  const passkey = mode === "passkey";
 
   const submit = (event) => {
     event.preventDefault();
@@ -27,8 +29,9 @@ export function SignIn({ client, state }) {
         <div class="tabs" role="tablist" aria-label="Sign-in method">
           <button type="button" role="tab" aria-selected=${mode === "secret"} onClick=${() => setMode("secret")}>Secret</button>
           <button type="button" role="tab" aria-selected=${mode === "password"} onClick=${() => setMode("password")}>Password</button>
+          <${PasskeyTab} selected=${passkey} onSelect=${() => setMode("passkey")} />
         </div>
-        ${mode === "secret"
+        ${passkey ? html`<${PasskeySignIn} />` : mode === "secret"
           ? html`<label>Owner secret or token
               <input type="password" name="secret" autocomplete="current-password" required value=${secret}
                 onInput=${(e) => setSecret(e.target.value)} autofocus /></label>`
@@ -38,7 +41,7 @@ export function SignIn({ client, state }) {
                 <input type="password" name="password" autocomplete="current-password" required value=${password}
                   onInput=${(e) => setPassword(e.target.value)} /></label>`}
         ${state.signInError && html`<p class="error" role="alert">${state.signInError}</p>`}
-        <button class="primary" type="submit" disabled=${busy}>${busy ? "Signing in…" : "Sign in"}</button>
+        ${!passkey && html`<button class="primary" type="submit" disabled=${busy}>${busy ? "Signing in…" : "Sign in"}</button>`}
         <${OidcSignIn} />
         <p class="muted small">The secret is printed by <code>make run</code>. This page keeps no secret: signing in starts a session that you can end under Security.</p>
       </form>
