@@ -1,4 +1,4 @@
-"""POST /api/auth/password — change one's own password with the current one (`pheby.password_change`).
+"""POST /api/auth/password — change one's own password with the current one (`pheby.signin.password_change`).
 
 200 `{"ok": true}`; a wrong current password 403 (counted like a failed login: 429 with Retry-After
 once locked); a new password the policy refuses 422 with what to do. Either refusal changes nothing.
@@ -15,8 +15,8 @@ from litestar.openapi.datastructures import ResponseSpec
 from handlers.support.errors import ErrorResponse
 from handlers.support.openapi import errors, json_body
 from pheby.auth import Principal
-from pheby.password_change import change_password
 from pheby.services import Services
+from pheby.signin.password_change import change_password
 
 PASSWORD_MAX_CHARS = 4096  # as the login's
 
