@@ -54,8 +54,7 @@ export function SessionsSection() {
       ${sessions.map((s) => html`<li key=${s.id} class=${`session${s.current ? " current" : ""}`}>
         <div class="session-what">
           <strong>${deviceName(s.device)}</strong>${s.current && html` <span class="badge">This device</span>`}
-          <span class="muted small">Signed in ${relativeTime(when(s.created_at))} with ${METHODS[s.method] || s.method || "a token"}
-            · last used ${relativeTime(when(s.last_used_at || s.created_at))}</span>
+          <span class="muted small">${`Signed in ${relativeTime(when(s.created_at))} with ${METHODS[s.method] || s.method || "a token"} · last used ${relativeTime(when(s.last_used_at || s.created_at))}`}</span>
         </div>
         ${!s.current && html`<button onClick=${() => end(`/api/auth/sessions/${encodeURIComponent(s.id)}`, "Session ended.")}
           aria-label=${`End the session of ${deviceName(s.device)}, signed in ${relativeTime(when(s.created_at))}`}>End</button>`}
