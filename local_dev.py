@@ -60,7 +60,9 @@ def main() -> int:
             else f"PHEBY_SECRET: {settings.secret} (generated, kept in {settings.data_dir / 'secret'})"
         )
         print(f"Pheby server on http://{settings.host}:{settings.port}  (WebSocket /ws, docs /schema)", flush=True)
-        print(f"Pheby Web: open http://{settings.host}:{settings.port}/ and paste the secret", flush=True)
+        # `localhost`, not the loopback address: passkeys work on `http://localhost` only (a secure context).
+        web_host = "localhost" if settings.host in ("127.0.0.1", "localhost") else settings.host
+        print(f"Pheby Web: open http://{web_host}:{settings.port}/ and paste the secret", flush=True)
         print(hermes_line, flush=True)
         print(f"Storage: {settings.storage}, data dir {settings.data_dir}", flush=True)
         print(secret_line, flush=True)

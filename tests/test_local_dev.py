@@ -57,4 +57,5 @@ async def test_local_dev_starts_the_demo_and_answers_healthz(tmp_path: Path) -> 
             process.kill()
             output, _ = process.communicate()
     assert "demo agent, no LLM" in output
+    assert f"Pheby Web: open http://localhost:{port}/" in output  # where passkeys work
     assert f"PHEBY_SECRET: {secret}" in output  # generated, kept in the data dir and printed
