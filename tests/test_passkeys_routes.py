@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pyotp
 import pytest
 
 from handlers.support.app import create_app
@@ -291,3 +292,28 @@ def test_the_operator_removes_every_passkey_of_an_account(tmp_path: Path, capsys
     assert json.loads(capsys.readouterr().out)["removed"] == 2
     assert main(["--data-dir", str(tmp_path), "account", "passkeys-off", "alice"]) == 0
     assert json.loads(capsys.readouterr().out)["removed"] == 0
+
+
+async def test_with_two_step_sign_in_on_reauthentication_asks_for_a_code_too(api: Api) -> None:
+    """Else a stolen session and a phished password would plant a passkey, which signs in without the code."""
+    alice = await sign_in(api)
+    setup = (await api.post("/api/auth/totp/setup", headers=alice)).json()
+    totp = pyotp.TOTP(setup["key"])
+    now = time.time()
+    enabled = await api.post("/api/auth/totp/enable", headers=alice, json={"code": totp.at(now)})
+    assert enabled.status_code == 200, enabled.text
+    await age_sign_ins(api, 301)
+
+    password_alone = await api.post("/api/auth/reauthenticate", headers=alice, json={"password": PASSWORD})
+    assert (password_alone.status_code, error_code(password_alone)) == (403, "reauthentication_refused")
+    assert "code" in password_alone.json()["error"]["message"]
+    wrong_code = {"password": PASSWORD, "code": "000000" if totp.at(now + 30) != "000000" else "111111"}
+    assert error_code(await api.post("/api/auth/reauthenticate", headers=alice, json=wrong_code)) == (
+        "reauthentication_refused"
+    )
+    assert error_code(await api.post("/api/auth/passkeys/options", headers=alice)) == "reauthentication_required"
+    with_code = {"password": PASSWORD, "code": totp.at(now + 30)}  # the next step: the enabling code is used up
+    assert (await api.post("/api/auth/reauthenticate", headers=alice, json=with_code)).status_code == 200
+    assert (await api.post("/api/auth/passkeys/options", headers=alice)).status_code == 200
+    again = await api.post("/api/auth/reauthenticate", headers=alice, json=with_code)  # a code works once
+    assert error_code(again) == "reauthentication_refused"

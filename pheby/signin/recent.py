@@ -14,6 +14,7 @@ from litestar import Request
 from pheby.auth import Principal
 from pheby.errors import BadRequest, Forbidden
 from pheby.services import Services
+from pheby.signin.totp import use_code
 from pheby.store.reauthentication import SessionAuthentication
 
 RECENT_SECONDS = 300.0
@@ -43,6 +44,17 @@ async def require_recent_authentication(services: Services, principal: Principal
     raise ReauthenticationRequired()
 
 
+async def _second_factor(services: Services, address: str, account_id: str, code: str | None) -> None:
+    """A code of the account's authenticator (or a recovery code), used up, under the code limits."""
+    if not code:
+        raise ReauthenticationRefused("Two-step sign-in is on: give a code from your authenticator too")
+    attempts = services.code_attempts
+    async with attempts.attempt(address, account_id):
+        if await use_code(services, account_id, code) is None:
+            await attempts.record_failure(address, account_id)
+            raise ReauthenticationRefused("That code is wrong, or was used already")
+
+
 async def reauthenticate(
     services: Services,
     request: Request[Any, Any, Any],
@@ -50,9 +62,12 @@ async def reauthenticate(
     *,
     password: str | None,
     secret: str | None,
+    code: str | None = None,
 ) -> Reauthenticated:
     """Check the caller's password (or, for the owner, the secret), limited like a login; the session is
-    then authenticated now. A wrong one counts against the address and the account's name."""
+    then authenticated now. A wrong one counts against the address and the account's name. With two-step
+    sign-in on, a password needs a code too (`pheby.signin.totp`), as at sign-in: else a stolen session and
+    a phished password could plant a passkey, which signs in without one."""
     if (password is None) == (secret is None):
         raise BadRequest("Give either the password or the secret")
     account = principal.account
@@ -69,6 +84,8 @@ async def reauthenticate(
         if not ok:
             await guard.record_failure(address, account.name)
             raise ReauthenticationRefused()
+    if password is not None and await services.second_factors.is_enabled(account.id):
+        await _second_factor(services, address, account.id, code)
     if principal.token_id is None:  # the secret as bearer: nothing to mark, it proves itself each call
         return Reauthenticated(authenticated_at=None)
     sessions = SessionAuthentication(services.db)

@@ -23,6 +23,7 @@ function messageOf(error) {
 function Confirm({ onConfirmed, onCancel }) {
   const [kind, setKind] = useState("password");
   const [value, setValue] = useState("");
+  const [code, setCode] = useState("");
   const [error, setError] = useState("");
   const [busy, setBusy] = useState(false);
 
@@ -31,8 +32,10 @@ function Confirm({ onConfirmed, onCancel }) {
     setBusy(true);
     setError("");
     try {
-      await api("POST", "/api/auth/reauthenticate", { [kind]: value });
+      const withCode = kind === "password" && code.trim() ? { code: code.trim() } : {};
+      await api("POST", "/api/auth/reauthenticate", { [kind]: value, ...withCode });
       setValue("");
+      setCode("");
       await onConfirmed();
     } catch (failure) {
       setError(messageOf(failure));
@@ -49,6 +52,8 @@ function Confirm({ onConfirmed, onCancel }) {
     </div>
     <label>${kind === "password" ? "Your password" : "The owner secret"}
       <input type="password" autocomplete="current-password" required value=${value} onInput=${(e) => setValue(e.target.value)} /></label>
+    ${kind === "password" && html`<label>Code from your authenticator (if two-step sign-in is on)
+      <input inputmode="numeric" autocomplete="one-time-code" value=${code} onInput=${(e) => setCode(e.target.value)} /></label>`}
     ${error && html`<p class="error" role="alert">${error}</p>`}
     <div class="row">
       <button class="primary" type="submit" disabled=${busy}>Confirm and add</button>
