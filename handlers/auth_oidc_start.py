@@ -25,7 +25,8 @@ from pheby.signin.oidc_browser import failed, state_cookie
 async def oidc_start(request: Request[Any, Any, Any], services: NamedDependency[Services]) -> Redirect:
     https = services.authenticator.is_https(request)
     try:
-        url, state = await services.oidc.begin(callback_url(request, services))
+        address = services.authenticator.client_address(request)
+        url, state = await services.oidc.begin(callback_url(request, services), address)
     except OidcFailure as exc:
         return failed(exc, https=https)
     return Redirect(url, status_code=302, cookies=[state_cookie(state, https=https)])

@@ -25,6 +25,7 @@ from pheby.cli import main
 from pheby.db import Database
 from pheby.settings import Settings, SettingsError
 from pheby.signin.oidc import (
+    STARTS_PER_SOURCE,
     AllowRule,
     OidcFailure,
     OidcSignIn,
@@ -50,6 +51,7 @@ pytestmark = [
 ]
 
 CLIENT_ID = "pheby-test-client"
+SOURCE = "198.51.100.1"  # the address a sign-in starts from
 CLIENT_SECRET = "pheby-test-client-secret"  # the test provider accepts any secret
 
 
@@ -390,7 +392,7 @@ async def test_stale_keys_are_fetched_again_once(tmp_path: Path, oidc_provider: 
     """The cached keys are stale (the provider rotated): the callback's validation fetches them again."""
     async with open_oidc(tmp_path, oidc_provider) as oidc:
         redirect_uri = "http://127.0.0.1:9/api/auth/oidc/callback"
-        url, state = await oidc.begin(redirect_uri)
+        url, state = await oidc.begin(redirect_uri, SOURCE)
         oidc._keys = public_set(signing_key("rotated-away"))  # a stale cache, on purpose
         back = await anyio.to_thread.run_sync(lambda: authorize(url, "gina"))
         code = parse_qs(urlsplit(back).query)["code"][0]
@@ -401,12 +403,23 @@ async def test_stale_keys_are_fetched_again_once(tmp_path: Path, oidc_provider: 
         assert used.value.code == "state"
 
 
+async def test_one_address_starts_a_bounded_number_of_sign_ins(tmp_path: Path, oidc_provider: str) -> None:
+    """Anyone may start one, and each holds a row for ten minutes: one address can't fill the table."""
+    async with open_oidc(tmp_path, oidc_provider) as oidc:
+        for _ in range(STARTS_PER_SOURCE):
+            await oidc.begin("http://127.0.0.1:9/cb", SOURCE)
+        with pytest.raises(OidcFailure) as busy:
+            await oidc.begin("http://127.0.0.1:9/cb", SOURCE)
+        assert busy.value.code == "busy"
+        await oidc.begin("http://127.0.0.1:9/cb", "198.51.100.2")  # another address is not held back
+
+
 async def test_sign_ins_under_way_are_bounded(tmp_path: Path, oidc_provider: str) -> None:
     async with open_oidc(tmp_path, oidc_provider) as oidc:
         oidc._max_pending = 1  # instead of ten thousand
-        await oidc.begin("http://127.0.0.1:9/cb")
+        await oidc.begin("http://127.0.0.1:9/cb", SOURCE)
         with pytest.raises(OidcFailure) as busy:
-            await oidc.begin("http://127.0.0.1:9/cb")
+            await oidc.begin("http://127.0.0.1:9/cb", SOURCE)
         assert busy.value.code == "busy"
 
 
@@ -414,18 +427,18 @@ async def test_discovery_must_name_the_configured_issuer_and_stay_small(tmp_path
     with serving_json(discovery_document("https://elsewhere.example")) as origin:
         async with open_oidc(tmp_path / "a", origin) as oidc:
             with pytest.raises(OidcFailure) as refused:
-                await oidc.begin("http://127.0.0.1:9/cb")
+                await oidc.begin("http://127.0.0.1:9/cb", SOURCE)
             assert refused.value.code == "provider"
             assert "another issuer" in refused.value.detail
     with serving_json(b"[" + b"0," * 200_000 + b"0]") as origin:
         async with open_oidc(tmp_path / "b", origin) as oidc:
             with pytest.raises(OidcFailure) as refused:
-                await oidc.begin("http://127.0.0.1:9/cb")
+                await oidc.begin("http://127.0.0.1:9/cb", SOURCE)
             assert refused.value.code == "provider"
             assert "more than" in refused.value.detail
     async with open_oidc(tmp_path / "c", "http://127.0.0.1:9") as oidc:  # nothing listens on port 9
         with pytest.raises(OidcFailure) as refused:
-            await oidc.begin("http://127.0.0.1:9/cb")
+            await oidc.begin("http://127.0.0.1:9/cb", SOURCE)
         assert refused.value.code == "provider"
 
 

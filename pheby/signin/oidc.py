@@ -33,6 +33,7 @@ from joserfc.jws import JWSRegistry
 from pheby.errors import Conflict
 from pheby.settings import Settings
 from pheby.store.accounts import Account, Accounts
+from pheby.store.lockout import RecentCounts
 from pheby.store.oidc import OidcStore
 
 log = logging.getLogger("pheby.signin.oidc")
@@ -51,6 +52,7 @@ FailureCode = Literal[
 
 PENDING_TTL_SECONDS = 600  # a person has ten minutes at the provider
 MAX_PENDING = 10_000  # sign-ins under way at once (anyone may begin one: their rows are bounded)
+STARTS_PER_SOURCE = 20  # sign-ins one address may begin a minute, so one can't fill the table
 HTTP_TIMEOUT_SECONDS = 10.0
 MAX_DOCUMENT_BYTES = 256 * 1024  # discovery, JWKS and token responses are a few KiB
 METADATA_TTL_SECONDS = 3600
@@ -209,6 +211,7 @@ class OidcSignIn:
         self._metadata_at = 0.0
         self._keys: KeySet | None = None
         self._lock = asyncio.Lock()
+        self._starts = RecentCounts(limit=STARTS_PER_SOURCE, window=60.0)
 
     @property
     def enabled(self) -> bool:
@@ -223,9 +226,13 @@ class OidcSignIn:
     def issuer(self) -> str:
         return self._settings.oidc_issuer.rstrip("/")
 
-    async def begin(self, redirect_uri: str) -> tuple[str, str]:
-        """A new pending sign-in: (the provider's authorization URL to send the browser to, its state)."""
+    async def begin(self, redirect_uri: str, source: str) -> tuple[str, str]:
+        """A new pending sign-in from address `source`: (the provider's authorization URL to send the browser
+        to, its state)."""
         self._require_enabled()
+        if self._starts.retry_after(source) is not None:
+            raise OidcFailure("busy", f"{STARTS_PER_SOURCE} sign-ins a minute from one address already")
+        self._starts.record(source)
         metadata = await self.metadata()
         state, nonce, verifier = generate_token(43), generate_token(43), generate_token(64)
         if not await self._store.begin(state, nonce, verifier, PENDING_TTL_SECONDS, limit=self._max_pending):

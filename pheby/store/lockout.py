@@ -200,6 +200,53 @@ class AddressSlots:
             del self._held[address]
 
 
+class RecentCounts:
+    """How often each source did something in the last `window` seconds; past `limit`, how long it must wait.
+
+    In memory: checking costs a request no query. At most `max_sources` sources are tracked; past that
+    the least recently seen is forgotten.
+    """
+
+    def __init__(
+        self, *, limit: int, window: float, max_sources: int = 65_536, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.limit = limit
+        self.window = window
+        self._max_sources = max_sources
+        self._clock = clock
+        self._times: OrderedDict[str, deque[float]] = OrderedDict()
+
+    def retry_after(self, source: str) -> int | None:
+        """Whole seconds until the source is under its limit again; None when it is now."""
+        times = self._recent(source)
+        if times is None or len(times) < self.limit:
+            return None
+        return max(1, math.ceil(times[-self.limit] + self.window - self._clock()))
+
+    def record(self, source: str) -> None:
+        times = self._recent(source)
+        if times is None:
+            times = self._times[source] = deque(maxlen=self.limit)
+            _bound(self._times, self._max_sources)
+        times.append(self._clock())
+        self._times.move_to_end(source)
+
+    def __len__(self) -> int:
+        return len(self._times)
+
+    def _recent(self, source: str) -> "deque[float] | None":
+        times = self._times.get(source)
+        if times is None:
+            return None
+        since = self._clock() - self.window
+        while times and times[0] <= since:
+            times.popleft()
+        if not times:
+            del self._times[source]
+            return None
+        return times
+
+
 class BearerFailures:
     """Wrong bearer credentials on `/api/*` and `/attachments`, counted per source address.
 
@@ -209,9 +256,9 @@ class BearerFailures:
     guess that hits is refused like the others), while the clients already working from that address,
     behind the same NAT as the guesser, go on as before.
 
-    Everything is in memory: checking costs a request no query, and a failure is recorded before the
-    caller awaits anything, so concurrent guesses each see the ones before them. At most `max_sources`
-    addresses are tracked in each table; past that the least recently seen is forgotten.
+    Everything is in memory (`RecentCounts`): checking costs a request no query, and a failure is
+    recorded before the caller awaits anything, so concurrent guesses each see the ones before them.
+    At most `max_sources` addresses are tracked in each table.
     """
 
     VOUCHED_PER_SOURCE = 8
@@ -224,31 +271,21 @@ class BearerFailures:
         max_sources: int = 65_536,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.limit = limit
-        self.window = window
+        self._failures = RecentCounts(limit=limit, window=window, max_sources=max_sources, clock=clock)
         self._max_sources = max_sources
-        self._clock = clock
-        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
         self._vouched: OrderedDict[str, OrderedDict[bytes, None]] = OrderedDict()
 
     def retry_after(self, address: str, credential: str) -> int | None:
         """Whole seconds until the address may try `credential`; None when it may now."""
-        failures = self._recent(address)
-        if failures is None or len(failures) < self.limit:
-            return None
+        retry_after = self._failures.retry_after(address)
         known = self._vouched.get(address)
-        if known is not None and _digest(credential) in known:
+        if retry_after is None or (known is not None and _digest(credential) in known):
             return None
-        return max(1, math.ceil(failures[-self.limit] + self.window - self._clock()))
+        return retry_after
 
     def record_failure(self, address: str) -> None:
         metrics.BEARER_FAILURES.inc()
-        failures = self._recent(address)
-        if failures is None:
-            failures = self._failures[address] = deque(maxlen=self.limit)
-            _bound(self._failures, self._max_sources)
-        failures.append(self._clock())
-        self._failures.move_to_end(address)
+        self._failures.record(address)
 
     def vouch(self, address: str, credential: str) -> None:
         """`credential` authenticated from `address`: a lockout of the address won't refuse it."""
@@ -260,18 +297,6 @@ class BearerFailures:
         known[_digest(credential)] = None
         known.move_to_end(_digest(credential))
         _bound(known, self.VOUCHED_PER_SOURCE)
-
-    def _recent(self, address: str) -> "deque[float] | None":
-        failures = self._failures.get(address)
-        if failures is None:
-            return None
-        since = self._clock() - self.window
-        while failures and failures[0] <= since:
-            failures.popleft()
-        if not failures:
-            del self._failures[address]
-            return None
-        return failures
 
 
 def _digest(credential: str) -> bytes:
