@@ -165,3 +165,14 @@ async def test_logout_ends_the_session_and_clears_its_cookie(client: AsyncTestCl
     assert cleared.startswith(('hope_session=""', "hope_session=;"))
     assert "max-age=0" in cleared.lower()
     assert (await client.get("/api/me")).status_code == 401
+
+
+async def test_signing_in_again_ends_the_session_the_browser_held(client: AsyncTestClient[Litestar]) -> None:
+    """A new sign-in replaces the session of the cookie it arrived with (no fixation, no forgotten session)."""
+    first = await client.post("/api/auth/login", json={"username": "alice", "password": PASSWORD})
+    held = first.json()["token"]
+    assert (await client.get("/api/me")).status_code == 200  # the cookie
+    second = await client.post("/api/auth/session", json={"secret": TEST_SECRET})  # as someone else, even
+    assert second.status_code == 200
+    assert (await client.get("/api/me", headers=bearer(held))).status_code == 401
+    assert (await client.get("/api/me")).json()["name"] == "owner"  # the new cookie

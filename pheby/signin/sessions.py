@@ -56,10 +56,22 @@ class NewSession(msgspec.Struct, frozen=True):
     cookie: Cookie
 
 
+REPLACED = "Signed in again on this device"
+
+
 async def issue_session(
     services: Services, request: Request[Any, Any, Any], account: Account, method: SignInMethod
 ) -> NewSession:
-    """A new session for `account`, signed in by `method`: its token and its cookie."""
+    """A new session for `account`, signed in by `method`: its token and its cookie.
+
+    The session of the cookie the request came with, if one still lives, ends (its sockets close): a
+    sign-in replaces what the browser held, so no session is left behind unseen, and one planted in the
+    browser beforehand is never carried over.
+    """
+    replaced = await services.authenticator.from_session_cookie(request)
+    if replaced is not None and replaced.token_id is not None:
+        await services.accounts.revoke_token(replaced.token_id)
+        services.revocations.close_token(replaced.token_id, REPLACED)
     ttl = services.settings.session_ttl_seconds
     issued = await services.accounts.issue_token(account.id, "session", ttl, device=device_of(request), method=method)
     assert issued.expires_at is not None  # sessions always expire
