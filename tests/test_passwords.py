@@ -156,12 +156,22 @@ async def test_a_common_password_is_refused_at_creation(settings: Settings) -> N
 # --- changing one's own password (REST) -----------------------------------------------------------------
 
 
+async def login_elsewhere(client: AsyncTestClient[Litestar], name: str = "alice") -> str:
+    """A session of `name` on another device: its token; this client keeps no cookie of it (a sign-in here
+    would end the session of the cookie it came with)."""
+    response = await login(client, name)
+    assert response.status_code == 200, response.text
+    client.cookies.clear()
+    token: str = response.json()["token"]
+    return token
+
+
 async def test_a_change_ends_the_other_sessions_and_keeps_the_callers(
     client: AsyncTestClient[Litestar], settings: Settings
 ) -> None:
     _, api_token = await add_account(settings, "alice2")  # another account's sessions are not touched
-    other_account = (await login(client, "alice2")).json()["token"]
-    other = (await login(client)).json()["token"]
+    other_account = await login_elsewhere(client, "alice2")
+    other = await login_elsewhere(client)
     mine = (await login(client)).json()["token"]  # the cookie is this one's
     _, alice_api_token = await _issue_api_token(settings, "alice")
 
@@ -199,7 +209,7 @@ async def test_a_bearer_session_can_change_and_keeps_working(client: AsyncTestCl
 async def test_a_wrong_current_password_is_403_and_changes_nothing(
     client: AsyncTestClient[Litestar], settings: Settings
 ) -> None:
-    other = (await login(client)).json()["token"]
+    other = await login_elsewhere(client)
     assert (await login(client)).status_code == 200
     before = stored_hash(settings, "alice")
     wrong = await change(client, "not-the-password-at-all", OTHER_PASSWORD)
@@ -215,7 +225,7 @@ async def test_a_wrong_current_password_is_403_and_changes_nothing(
 async def test_a_refused_new_password_is_422_with_what_to_do_and_changes_nothing(
     client: AsyncTestClient[Litestar], settings: Settings, new: str
 ) -> None:
-    other = (await login(client)).json()["token"]
+    other = await login_elsewhere(client)
     assert (await login(client)).status_code == 200
     before = stored_hash(settings, "alice")
     refused = await change(client, PASSWORD, new)
