@@ -1,5 +1,6 @@
 """Shared fixtures. Fixture plugins for the Hermes doubles and the real gateway live in their own modules."""
 
+import functools
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -9,10 +10,13 @@ import anyio
 import pytest
 
 from handlers.support.app import create_app
+from pheby import services as services_module
 from pheby.push.endpoints import Resolver, SystemResolver
 from pheby.settings import Settings, load_settings
+from pheby.store.accounts import Accounts
 from scheduler.blob_sweep import sweep_blobs
 from tests.app_client import BASE, Api
+from tests.passwords import FAST_COST
 
 pytest_plugins: list[str] = [
     "tests.real_hermes",
@@ -103,3 +107,12 @@ def start_up_sweep(monkeypatch: pytest.MonkeyPatch) -> StartUpSweep:
                 await anyio.sleep(0.02)
 
     return over_yet
+
+
+@pytest.fixture(autouse=True)
+def cheap_password_hashing(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Servers in the test process hash passwords at `FAST_COST`: a sign-in at the real cost (N=2^17) is half a
+    second of a core, and most tests sign in only to get a session. Tests of the cost itself, and every
+    server in a process of its own (`pheby serve`), hash at the real one: mark a test `real_password_cost`."""
+    if request.node.get_closest_marker("real_password_cost") is None:
+        monkeypatch.setattr(services_module, "Accounts", functools.partial(Accounts, password_cost=FAST_COST))

@@ -1,7 +1,8 @@
-"""Passwords for tests: one the policy accepts, and a cheap hashing cost for accounts of tests not about hashing.
+"""Passwords for tests: one the policy accepts, and a cheap hashing cost for tests not about hashing.
 
-`FAST_COST` is only ever given to an `Accounts` a test builds itself to make its accounts; the server
-builds its own with the real cost, so a password login on a server still runs (and upgrades to) that.
+`FAST_COST` is given to an `Accounts` a test builds itself to make its accounts, and to the servers in the
+test process (`tests/conftest.py`, unless a test is marked `real_password_cost`); a server in a process
+of its own (`pheby serve`) always hashes at the real cost, and no setting lowers it.
 """
 
 from pheby.db import Database

@@ -63,6 +63,7 @@ async def test_failures_from_one_address_are_limited_whatever_the_username(serve
 
 
 @pytest.mark.live
+@pytest.mark.real_password_cost  # the hashes must take their real time for a flood to fill the limiter
 async def test_a_login_flood_waits_for_the_hashing_limiter_then_gets_429(server: LiveServer) -> None:
     """More logins at once than the limiter can hash in its wait: some are 429, none 500, the rest 401."""
     async with httpx.AsyncClient(

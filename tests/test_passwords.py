@@ -91,6 +91,7 @@ def test_a_hash_asking_for_more_memory_than_the_bound_is_refused_before_it_runs(
         check_password("x", forged)
 
 
+@pytest.mark.real_password_cost
 async def test_an_old_hash_is_upgraded_at_the_next_sign_in(
     client: AsyncTestClient[Litestar], settings: Settings
 ) -> None:
