@@ -6,7 +6,7 @@ import msgspec
 from litestar import Request, post
 from litestar.di import NamedDependency
 
-from handlers.passkeys_list import PasskeyInfo
+from handlers.auth_passkeys_list import PasskeyInfo
 from handlers.support.openapi import errors, json_body
 from pheby.auth import Principal
 from pheby.services import Services
