@@ -33,12 +33,12 @@ from tests.conftest import TEST_SECRET
 from tests.live_server import LiveServer
 from tests.passwords import OTHER_PASSWORD, PASSWORD, fast_accounts
 from tests.test_auth import add_account, login
+from tests.test_revocation import assert_open, assert_revoked
 from tests.ws_client import PhebyClient
 
 pytestmark = pytest.mark.anyio
 COMMON_PASSWORDS = ("password123456", "qwertyuiop123")
 OLD_COST = ScryptCost(n=2**14, r=8, p=1)  # what the server hashed with before ASVS 5.0
-CLOSE_POLICY_VIOLATION = 1008
 
 
 def stored_hash(settings: Settings, name: str) -> str | None:
@@ -293,16 +293,6 @@ async def sign_in(server: LiveServer, password: str = PASSWORD) -> str:
     return token
 
 
-async def assert_closed_for_credentials(client: PhebyClient, timeout: float) -> None:
-    error = await client.wait_for(lambda f: f.get("type") == "error", timeout)
-    assert error["error"]["code"] == "unauthorized", error
-    assert await client.closed(timeout) == CLOSE_POLICY_VIOLATION
-
-
-async def assert_open(client: PhebyClient) -> None:
-    assert (await client.request("ping", "pong"))["type"] == "pong"
-
-
 async def connected(server: LiveServer, secret: str, opened: list[PhebyClient]) -> PhebyClient:
     client = await PhebyClient.connect(server.ws_url, secret)
     opened.append(client)
@@ -326,8 +316,8 @@ async def test_a_change_closes_the_other_sessions_sockets_within_a_second(
         body = {"current_password": PASSWORD, "new_password": OTHER_PASSWORD}
         response = await http.post("/api/auth/password", json=body, headers={"Origin": live_server.base_url})
         assert response.status_code == 200, response.text
-        await assert_closed_for_credentials(by_other, timeout=1.0)
-        await assert_closed_for_credentials(by_third, timeout=1.0)
+        await assert_revoked(by_other, timeout=1.0)
+        await assert_revoked(by_third, timeout=1.0)
         await assert_open(by_mine)
         await assert_open(by_api_token)
         assert (await http.get("/api/me")).status_code == 200  # the changing session goes on
@@ -374,7 +364,7 @@ async def test_the_cli_sets_a_password_and_ends_every_session_of_the_account(
     assert code == 0, err
     assert shown == {"id": shown["id"], "name": "alice", "ended_sessions": 2}
     for client in (by_first, by_second):  # the server's sweep notices the other process's commit
-        await assert_closed_for_credentials(client, timeout=5.0)
+        await assert_revoked(client, timeout=5.0)
     await assert_open(by_api_token)
     await sign_in(live_server, OTHER_PASSWORD)
     async with httpx.AsyncClient(base_url=live_server.base_url, timeout=30) as http:

@@ -7,6 +7,7 @@ from litestar.datastructures import Cookie
 from litestar.response import Redirect
 
 from pheby.signin.oidc import PENDING_TTL_SECONDS, OidcFailure
+from pheby.signin.sessions import browser_cookie
 
 log = logging.getLogger("pheby.signin.oidc")
 
@@ -17,15 +18,7 @@ def state_cookie_name(*, https: bool) -> str:
 
 def state_cookie(state: str, *, https: bool, max_age: int = PENDING_TTL_SECONDS) -> Cookie:
     """HttpOnly, SameSite=Lax: sent along when the provider sends the browser back (a top-level GET)."""
-    return Cookie(
-        key=state_cookie_name(https=https),
-        value=state,
-        max_age=max_age,
-        httponly=True,
-        samesite="lax",
-        secure=https,
-        path="/",
-    )
+    return browser_cookie(state_cookie_name(https=https), state, max_age, https=https)
 
 
 def ended_state_cookie(*, https: bool) -> Cookie:

@@ -24,17 +24,15 @@ class SignedIn(msgspec.Struct, frozen=True):
     expires_at: float
 
 
+def browser_cookie(name: str, value: str, max_age: int, *, https: bool) -> Cookie:
+    """A cookie no script reads, sent along on top-level navigations from other sites (SameSite=Lax) and on
+    every request of this one: Secure over https, where `name` should carry the `__Host-` prefix."""
+    return Cookie(key=name, value=value, max_age=max_age, httponly=True, samesite="lax", secure=https, path="/")
+
+
 def session_cookie(token: str, max_age: int, *, https: bool) -> Cookie:
     """`__Host-hope_session` over https (Secure, no Domain, Path=/), `hope_session` over plain http."""
-    return Cookie(
-        key=session_cookie_name(https=https),
-        value=token,
-        max_age=max_age,
-        httponly=True,
-        samesite="lax",
-        secure=https,
-        path="/",
-    )
+    return browser_cookie(session_cookie_name(https=https), token, max_age, https=https)
 
 
 def ended_session_cookie(*, https: bool) -> Cookie:
