@@ -6,17 +6,15 @@ then 429 with Retry-After), and only so: there is no username to count by, and a
 every caller would let anyone lock the owner out. A wrong secret is 401.
 """
 
-from contextlib import AsyncExitStack
 from typing import Annotated, Any
 
-import anyio
 import msgspec
 from litestar import Request, Response, post
 from litestar.di import NamedDependency
 
 from handlers.support.openapi import errors, json_body
 from pheby import metrics
-from pheby.errors import RateLimited, Unauthorized
+from pheby.errors import Unauthorized
 from pheby.services import Services
 from pheby.signin.sessions import SignedIn, start_session
 
@@ -32,21 +30,11 @@ async def start_session_with_secret(
     services: NamedDependency[Services],
 ) -> Response[SignedIn]:
     guard = services.login_guard
-    by_address = guard.by_address
     address = services.authenticator.client_address(request)
-    # One attempt of an address at a time, so each sees every failure recorded before it; the wait is bounded.
-    async with AsyncExitStack() as turn:
-        with anyio.move_on_after(guard.wait) as waiting:
-            await turn.enter_async_context(by_address.one_at_a_time(address))
-        if waiting.cancelled_caught:
-            raise RateLimited("Too many logins at once; try again in a few seconds", retry_after=1)
-        retry_after = await by_address.retry_after(address)
-        if retry_after is not None:
-            metrics.LOCKOUTS.labels(by_address.scope).inc()
-            raise RateLimited("Too many failed logins; try again later", retry_after=retry_after)
+    async with guard.address_attempt(address):
         principal = await services.authenticator.for_session_exchange(data.secret.strip())
         if principal is None:
             metrics.LOGIN_FAILURES.inc()
-            await by_address.record_failure(address)
+            await guard.by_address.record_failure(address)
             raise Unauthorized("That secret or token was not accepted")
     return await start_session(services, request, principal.account, "secret")

@@ -143,13 +143,24 @@ class AttemptLimits:
     @asynccontextmanager
     async def attempt(self, address: str, subject: str) -> AsyncIterator[None]:
         """One attempt: after those of its address and of its subject, refused while either is locked."""
+        async with self._turn(((self.by_address, address), (self.by_subject, subject))):
+            yield
+
+    @asynccontextmanager
+    async def address_attempt(self, address: str) -> AsyncIterator[None]:
+        """One attempt counted by its address alone (no subject to count by: the owner secret's)."""
+        async with self._turn(((self.by_address, address),)):
+            yield
+
+    @asynccontextmanager
+    async def _turn(self, limits: tuple[tuple[FailureLimiter, str], ...]) -> AsyncIterator[None]:
         async with AsyncExitStack() as turns:
             with anyio.move_on_after(self.wait) as waiting:
-                await turns.enter_async_context(self.by_address.one_at_a_time(address))
-                await turns.enter_async_context(self.by_subject.one_at_a_time(subject))
+                for limiter, who in limits:
+                    await turns.enter_async_context(limiter.one_at_a_time(who))
             if waiting.cancelled_caught:
                 raise RateLimited(self.busy, retry_after=1)
-            for limiter, who in ((self.by_address, address), (self.by_subject, subject)):
+            for limiter, who in limits:
                 retry_after = await limiter.retry_after(who)
                 if retry_after is not None:
                     metrics.LOCKOUTS.labels(limiter.scope).inc()
