@@ -6,6 +6,9 @@ records every request: the transcript reads (`GET /api/sessions/{id}/messages`) 
 """
 
 import asyncio
+import contextlib
+import json
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -42,18 +45,16 @@ def proxy(make_tcp_proxy: Callable[..., TcpProxy], hermes: DemoHermesServer) -> 
 
 
 @pytest.fixture
-async def client(
-    start_live_server: Callable[[Settings], LiveServer],
-    live_settings: Callable[..., Settings],
-    hermes: DemoHermesServer,
-    proxy: TcpProxy,
-) -> AsyncIterator[PhebyClient]:
-    server = start_live_server(
-        live_settings(
-            **{**hermes_settings(hermes), "hermes_url": proxy.url, "hermes_dashboard_url": proxy.url},
-            media_roots=(hermes.media_dir,),
-        )
+def settings(live_settings: Callable[..., Settings], hermes: DemoHermesServer, proxy: TcpProxy) -> Settings:
+    return live_settings(
+        **{**hermes_settings(hermes), "hermes_url": proxy.url, "hermes_dashboard_url": proxy.url},
+        media_roots=(hermes.media_dir,),
     )
+
+
+@pytest.fixture
+async def client(start_live_server: Callable[[Settings], LiveServer], settings: Settings) -> AsyncIterator[PhebyClient]:
+    server = start_live_server(settings)
     client = await PhebyClient.connect(server.ws_url, server.secret)
     yield client
     await client.close()
@@ -63,17 +64,30 @@ def transcript_reads(proxy: TcpProxy, conversation_id: str) -> int:
     return proxy.requests().count(("GET", f"/api/sessions/pheby_{conversation_id}/messages"))
 
 
-async def logged_after_its_run(proxy: TcpProxy, conversation_id: str, timeout: float = 10) -> None:
-    """Wait (bounded) until the transcript was read after the newest run was made: the turn is logged."""
+async def logged_after_its_run(proxy: TcpProxy, settings: Settings, conversation_id: str, timeout: float = 10) -> None:
+    """Wait (bounded) until the newest run's turn is logged: the transcript read after the run was made, and
+    the state the log then matched kept (seeing the read's request alone, a run sent at once could come
+    before the server took in its answer, and read the transcript again)."""
     read = ("GET", f"/api/sessions/pheby_{conversation_id}/messages")
     deadline = time.monotonic() + timeout
     while True:
         requests = proxy.requests()
         made = max(i for i, request in enumerate(requests) if request == ("POST", "/v1/runs"))
-        if read in requests[made:]:
+        if read in requests[made:] and kept_message_count(settings, conversation_id) == 2 * requests.count(
+            ("POST", "/v1/runs")
+        ):
             return
         assert time.monotonic() < deadline, requests[-20:]
         await asyncio.sleep(0.02)
+
+
+def kept_message_count(settings: Settings, conversation_id: str) -> int:
+    """The messages of the Hermes session state the server kept for the conversation (`history_sync`)."""
+    with contextlib.closing(sqlite3.connect(f"file:{settings.database_path}?mode=ro", uri=True)) as conn:
+        row = conn.execute("SELECT state FROM history_sync WHERE conversation_id = ?", (conversation_id,)).fetchone()
+    if row is None or row[0] is None:
+        return 0
+    return sum(session[1] or 0 for session in json.loads(row[0]))
 
 
 async def open_page(client: PhebyClient, conversation_id: str, **fields: Any) -> Frame:
@@ -149,13 +163,13 @@ async def test_pages_from_the_log_are_the_pages_of_the_whole_history(client: Phe
 
 
 async def test_a_run_in_a_conversation_the_log_holds_is_sent_its_history_without_reading_the_transcript(
-    client: PhebyClient, proxy: TcpProxy
+    client: PhebyClient, proxy: TcpProxy, settings: Settings
 ) -> None:
     """0.19.0 loads no history for a run, so the server sends it: from what it keeps, like history pages."""
     conversation_id = await new_conversation(client)
     for text in ("one", "two"):
         await run_to_end(client, conversation_id, text)
-        await logged_after_its_run(proxy, conversation_id)
+        await logged_after_its_run(proxy, settings, conversation_id)
     before = len(proxy.requests())
     frames = await run_to_end(client, conversation_id, "/demo echo")
     since = proxy.requests()[before:]
@@ -182,7 +196,7 @@ async def test_after_a_restart_an_unchanged_conversation_is_opened_from_the_log(
         conversation_id = await new_conversation(client)
         for text in ("one", "two"):
             assert (await run_to_end(client, conversation_id, text))[-1]["status"] == "completed"
-        await logged_after_its_run(proxy, conversation_id)
+        await logged_after_its_run(proxy, settings, conversation_id)
         before = await open_page(client, conversation_id)
     await stopped(server)
 
@@ -193,7 +207,7 @@ async def test_after_a_restart_an_unchanged_conversation_is_opened_from_the_log(
         assert after["messages"] == before["messages"]
         assert transcript_reads(proxy, conversation_id) == reads  # from the log
         assert (await run_to_end(client, conversation_id, "three"))[-1]["status"] == "completed"
-        await logged_after_its_run(proxy, conversation_id)
+        await logged_after_its_run(proxy, settings, conversation_id)
         changed = await open_page(client, conversation_id)
         assert texts(changed)[-2:] == [("user", "three"), ("assistant", "You said: three")]
 
