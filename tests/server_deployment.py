@@ -19,7 +19,7 @@ import httpx
 
 from tests.crash_safety import SECRET, ServerProcess
 from tests.live_server import free_port
-from tests.ws_client import PhebyClient
+from tests.ws_client import Frame, PhebyClient
 
 EXIT_SECONDS: Final = 10.0
 METRICS_TOKEN: Final = "handover-metrics-token-0123456789"
@@ -140,6 +140,11 @@ async def opened(client: PhebyClient, conversation_id: str) -> dict[str, Any]:
     return snapshot
 
 
-def texts(client: PhebyClient, run_id: str) -> list[str]:
-    """The cumulative `message.delta` texts the client got of the run's answer."""
-    return [f["text"] for f in client.seen("message.delta") if f.get("message_id") == f"draft-{run_id}"]
+def texts(client: PhebyClient, run_id: str, after: Frame | None = None) -> list[str]:
+    """The cumulative `message.delta` texts the client got of the run's answer; with `after`, only those that
+    came after that frame (a snapshot: deltas queued before its reply are older than it)."""
+    frames = client.frames
+    if after is not None:
+        frames = frames[next(i for i, f in enumerate(frames) if f is after) + 1 :]
+    deltas = (f for f in frames if f.get("type") == "message.delta")
+    return [f["text"] for f in deltas if f.get("message_id") == f"draft-{run_id}"]

@@ -73,7 +73,7 @@ async def test_a_run_stopped_mid_stream_goes_on_and_ends_once_with_the_whole_ans
     complete = after.seen("message.complete", message_id=f"draft-{run_id}")
     assert [frame["text"] for frame in complete] == [SLOW_ANSWER]  # the agent's whole answer, once
     assert len(after.seen("run.finished", run_id=run_id)) == 1
-    resumed = [snapshot["run"]["text"], *texts(after, run_id)]
+    resumed = [snapshot["run"]["text"], *texts(after, run_id, after=snapshot)]
     assert all(SLOW_ANSWER.startswith(text) for text in resumed)  # nothing repeated or garbled
     assert all(b.startswith(a) for a, b in itertools.pairwise(resumed))  # each extends the last
     if gateway:  # replay: the stream resumed; the first text after the restart extends the last one before it

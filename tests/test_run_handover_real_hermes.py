@@ -180,7 +180,7 @@ async def handed_over_slow_run(
     assert [frame["text"] for frame in complete] == [SLOW_ANSWER]  # the agent's whole answer, once
     await asyncio.sleep(0.5)  # nothing late may follow
     assert len(after.seen("run.finished", run_id=run_id)) == 1
-    resumed = [snapshot["run"]["text"], *texts(after, run_id)]
+    resumed = [snapshot["run"]["text"], *texts(after, run_id, after=snapshot)]
     assert all(SLOW_ANSWER.startswith(t.strip()) for t in [last_before, *resumed]), resumed  # nothing garbled
     assert all(b.startswith(a) for a, b in itertools.pairwise(resumed)), resumed  # each extends the last
     if resumes:  # the stream was reopened after the last event consumed: the text goes on from there
