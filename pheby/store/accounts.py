@@ -23,6 +23,7 @@ from pheby.errors import BadRequest, Conflict, NotFound
 from pheby.store.lockout import PasswordHashing
 from pheby.store.password_hashing import SCRYPT_COST, ScryptCost, check_password, hash_password, verify
 from pheby.store.password_policy import check_new_password
+from pheby.store.sessions import end_sessions_but
 
 TokenKind = Literal["session", "api"]
 OWNER_NAME = "owner"
@@ -296,12 +297,7 @@ class Accounts:
                 raise Conflict("The password was changed meanwhile; try again")
             if not end_sessions:
                 return ()
-            rows = conn.execute(
-                "UPDATE auth_tokens SET revoked_at = ? WHERE account_id = ? AND kind = 'session' "
-                "AND revoked_at IS NULL AND id IS NOT ? RETURNING id",
-                (now, account_id, keep_session),
-            ).fetchall()
-            return tuple(r[0] for r in rows)
+            return tuple(end_sessions_but(conn, account_id, keep_session, now))
 
         try:  # a change is on disk when it returns: a crash must not bring the old password or sessions back
             return await self._db.transaction(q, durable=end_sessions)

@@ -70,13 +70,15 @@ class Sessions:
     async def end_all_but(self, account_id: str, keep_id: str | None) -> list[str]:
         """End every live session of the account but `keep_id` (one transaction); the ids ended."""
         now = self._clock()
+        return await self._db.transaction(lambda conn: end_sessions_but(conn, account_id, keep_id, now))
 
-        def q(conn: sqlite3.Connection) -> list[str]:
-            rows = conn.execute(
-                "UPDATE auth_tokens SET revoked_at = ? WHERE account_id = ? AND id IS NOT ? AND kind = 'session' "
-                "AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?) RETURNING id",
-                (now, account_id, keep_id, now),
-            ).fetchall()
-            return [r[0] for r in rows]
 
-        return await self._db.transaction(q)
+def end_sessions_but(conn: sqlite3.Connection, account_id: str, keep_id: str | None, now: float) -> list[str]:
+    """Revoke every live session of the account but `keep_id`, inside the caller's transaction (a password
+    change ends them with the new hash); the ids ended."""
+    rows = conn.execute(
+        "UPDATE auth_tokens SET revoked_at = ? WHERE account_id = ? AND id IS NOT ? AND kind = 'session' "
+        "AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?) RETURNING id",
+        (now, account_id, keep_id, now),
+    ).fetchall()
+    return [r[0] for r in rows]
