@@ -35,13 +35,12 @@ from webauthn.helpers.structs import (
     UserVerificationRequirement,
 )
 
-from pheby import metrics
 from pheby.auth import Principal
 from pheby.db import Database
 from pheby.errors import BadRequest, Conflict, RateLimited, Unauthorized
 from pheby.signin.relying_party import RelyingParty
 from pheby.store.accounts import Account, Accounts
-from pheby.store.lockout import FailureLimiter
+from pheby.store.lockout import FailureLimiter, taking_turns
 from pheby.store.passkeys import ChallengeStore, Passkey, PasskeyStore
 
 SUPPORTED_ALGORITHMS = [
@@ -114,17 +113,20 @@ class RegistrationRefused(BadRequest):
 class PasskeySignInGuard:
     """Failed passkey sign-ins, per address: 10 a minute, then 429 with Retry-After."""
 
+    WAIT_SECONDS = 3.0  # for the address's turn, as a login waits for its own
+
     def __init__(self, db: Database) -> None:
         self.by_address = FailureLimiter(db, "passkey", limit=10, window=60.0)
 
     @asynccontextmanager
     async def attempt(self, address: str) -> AsyncIterator[None]:
         """One attempt, after the address's earlier ones (so each sees their failures); refused while locked."""
-        async with self.by_address.one_at_a_time(address):
-            retry_after = await self.by_address.retry_after(address)
-            if retry_after is not None:
-                metrics.LOCKOUTS.labels(self.by_address.scope).inc()
-                raise RateLimited("Too many failed passkey sign-ins; try again later", retry_after=retry_after)
+        async with taking_turns(
+            ((self.by_address, address),),
+            wait=self.WAIT_SECONDS,
+            busy="Too many passkey sign-ins at once; try again in a few seconds",
+            locked="Too many failed passkey sign-ins; try again later",
+        ):
             try:
                 yield
             except PasskeyRefused:

@@ -12,7 +12,7 @@ import sqlite3
 import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import AsyncIterator, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import Any, TypeVar
 
 import anyio
@@ -123,6 +123,27 @@ class PasswordHashing:
             self._admission.release()
 
 
+@asynccontextmanager
+async def taking_turns(
+    limits: tuple[tuple[FailureLimiter, str], ...], *, wait: float, busy: str, locked: str
+) -> AsyncIterator[None]:
+    """One attempt, after the earlier ones of each (limiter, subject), refused (`RateLimited`) while any of
+    them is locked out. Each sees every failure recorded before it (else concurrent guesses would all pass
+    the check), and the wait for the turn is bounded: a caller queued behind a flood gets `busy`."""
+    async with AsyncExitStack() as turns:
+        with anyio.move_on_after(wait) as waiting:
+            for limiter, who in limits:
+                await turns.enter_async_context(limiter.one_at_a_time(who))
+        if waiting.cancelled_caught:
+            raise RateLimited(busy, retry_after=1)
+        for limiter, who in limits:
+            retry_after = await limiter.retry_after(who)
+            if retry_after is not None:
+                metrics.LOCKOUTS.labels(limiter.scope).inc()
+                raise RateLimited(locked, retry_after=retry_after)
+        yield
+
+
 class AttemptLimits:
     """Attempts limited per source address and per what they try (a username, an account).
 
@@ -152,20 +173,8 @@ class AttemptLimits:
         async with self._turn(((self.by_address, address),)):
             yield
 
-    @asynccontextmanager
-    async def _turn(self, limits: tuple[tuple[FailureLimiter, str], ...]) -> AsyncIterator[None]:
-        async with AsyncExitStack() as turns:
-            with anyio.move_on_after(self.wait) as waiting:
-                for limiter, who in limits:
-                    await turns.enter_async_context(limiter.one_at_a_time(who))
-            if waiting.cancelled_caught:
-                raise RateLimited(self.busy, retry_after=1)
-            for limiter, who in limits:
-                retry_after = await limiter.retry_after(who)
-                if retry_after is not None:
-                    metrics.LOCKOUTS.labels(limiter.scope).inc()
-                    raise RateLimited(self.locked, retry_after=retry_after)
-            yield
+    def _turn(self, limits: tuple[tuple[FailureLimiter, str], ...]) -> AbstractAsyncContextManager[None]:
+        return taking_turns(limits, wait=self.wait, busy=self.busy, locked=self.locked)
 
     async def record_failure(self, address: str, subject: str) -> None:
         await self.by_address.record_failure(address)
