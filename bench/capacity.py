@@ -104,7 +104,7 @@ from bench.support import (
     write_atomically,
 )
 from bench.ws_stream import percentile
-from pheby.db import Database
+from pheby.db import SqliteDatabase
 from pheby.files.media_tags import visible_draft
 from pheby.protocol.hub import MAX_CONNECTIONS_PER_ACCOUNT
 from pheby.server import WS_PING_SECONDS
@@ -231,7 +231,7 @@ async def make_accounts(data_dir: Path, count: int, gateways: Sequence[str] = ()
     """`count` accounts in the data dir's database, each with an API token (returned, in order); with
     `gateways`, account i's own Hermes is gateways[i % len(gateways)]."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    db = Database(data_dir / "pheby.sqlite3")
+    db = SqliteDatabase(data_dir / "pheby.sqlite3")
     await db.open()
     try:
         store = Accounts(db)

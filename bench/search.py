@@ -37,7 +37,7 @@ from typing import Final
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
-from pheby.db import Database
+from pheby.db import Database, SqliteDatabase
 from pheby.protocol.frames import HistoryMessage
 from pheby.search.index import SearchIndex
 from pheby.store.accounts import Accounts
@@ -217,7 +217,7 @@ async def main(args: argparse.Namespace) -> None:
     text = Text(random.Random(SEED))
     with tempfile.TemporaryDirectory(prefix="pheby-bench-search-") as folder:
         path = Path(folder) / "pheby.sqlite3"
-        db = Database(path)
+        db = SqliteDatabase(path)
         await db.open()
         accounts = Accounts(db)
         large = await accounts.create("large")
@@ -236,7 +236,7 @@ async def main(args: argparse.Namespace) -> None:
         made = queries(text, args.queries, path)
 
         text_bytes, index_bytes = sizes(path)
-        db = Database(path)
+        db = SqliteDatabase(path)
         await db.open()
         try:
             await search_latency(db, large.id, made)

@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 
 from bench.support import free_port, stop_process, wait_until_up
 from handlers.support.app import create_app
-from pheby.db import Database
+from pheby.db import Database, SqliteDatabase
 from pheby.files.extraction import extract_pdf
 from pheby.server import build_uvicorn_config
 from pheby.settings import load_settings
@@ -117,7 +117,7 @@ def durable_app(directory: Path) -> Callable[[Scope, Receive, Send], Awaitable[N
 
     async def record(name: str, size: int) -> None:
         if not database:
-            db = Database(directory.parent / "durable.sqlite3")
+            db = SqliteDatabase(directory.parent / "durable.sqlite3")
             await db.open()
             await db.run(lambda c: c.execute("CREATE TABLE IF NOT EXISTS uploads (name TEXT, size INTEGER)"))
             database.append(db)
@@ -213,7 +213,7 @@ def start_server(kind: ServerKind, data_dir: Path, stack: contextlib.ExitStack) 
 
 async def prepare_data_dir(data_dir: Path) -> str:
     """Migrate the database, create the owner and one conversation; return its id."""
-    db = Database(data_dir / "pheby.sqlite3")
+    db = SqliteDatabase(data_dir / "pheby.sqlite3")
     await db.open()
     try:
         owner = await Accounts(db).ensure_owner()

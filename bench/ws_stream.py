@@ -62,7 +62,7 @@ from bench.support import (
     stop_process,
     wait_until_up,
 )
-from pheby.db import Database
+from pheby.db import SqliteDatabase
 from pheby.files.media_tags import visible_draft
 from pheby.store.accounts import Accounts
 
@@ -351,7 +351,7 @@ async def close_many(sockets: list[ClientConnection]) -> None:
 
 async def api_tokens(data_dir: Path, accounts: int) -> list[str]:
     """Make `accounts` accounts in the data dir's database, each with an API token; return the tokens."""
-    db = Database(data_dir / "pheby.sqlite3")
+    db = SqliteDatabase(data_dir / "pheby.sqlite3")
     await db.open()
     try:
         store = Accounts(db)

@@ -273,7 +273,7 @@ def _install_plugin(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def _account_command(settings: Settings, args: argparse.Namespace) -> object:
-    db = Database(settings.database_path)
+    db = settings.open_database()
     await db.open()
     try:
         accounts = Accounts(db)

@@ -7,6 +7,8 @@ keys or stack traces.
 
 from typing import ClassVar
 
+from pheby.db.interface import DatabaseError
+
 
 class PhebyError(Exception):
     """Base of every error the server reports to a client."""
@@ -106,6 +108,12 @@ class Unavailable(PhebyError):
 
 class StorageUnavailable(Unavailable):
     default_message = "File storage is unavailable right now; try again in a moment"
+
+
+class DatabaseUnavailable(Unavailable, DatabaseError):
+    """The database could not be reached, or a write could not be committed: nothing was acknowledged."""
+
+    default_message = "The database is unavailable right now; try again in a moment"
 
 
 # --- Pheby protocol codes (also meaningful over HTTP) ---------------------------------------

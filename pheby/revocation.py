@@ -7,11 +7,12 @@ the server learns of it:
 - logout, in this process: `close_token` closes that token's sockets at once (and the next tick
   sweeps, as below);
 - expiry: each tick closes the sockets whose session has expired (known in memory, no query);
-- `pheby account disable|revoke`, from another process: the server's SQLite connection sees its
-  `PRAGMA data_version` move when another connection commits, so each tick costs one pragma,
-  and only after such a change one sweep reads the accounts' states and, in one query, which
-  of the live connections' tokens still work. The sweep is repeated on the next tick, for a
-  socket whose hello was judged just before the change but joined the hub just after.
+- `pheby account disable|revoke`, from another process: the database's change marker moves when
+  another connection commits (SQLite's `PRAGMA data_version`; PostgreSQL has none, so there every tick
+  sweeps), so each tick costs one pragma, and only after such a change one sweep reads the accounts'
+  states and, in one query, which of the live connections' tokens still work. The sweep is repeated
+  on the next tick, for a socket whose hello was judged just before the change but joined the hub
+  just after.
 
 An account that was disabled, or all of whose credentials were revoked, has its messages
 ignored at once, its active runs cancelled, then its sockets closed; every closed socket
@@ -23,7 +24,6 @@ and its runs go on, whichever sweep sees them.
 import asyncio
 import logging
 import math
-import sqlite3
 import time
 from collections.abc import Callable
 from typing import Any
@@ -84,7 +84,8 @@ class Revocations:
         self._background = background
         self._clock = clock
         self._interval = interval
-        self._data_version: int | None = None
+        self._started = False
+        self._change_marker: int | None = None
         self._states: dict[str, CredentialState] = {}
         self._recheck = False
         self._ended_last: dict[str, str] = {}
@@ -113,13 +114,15 @@ class Revocations:
     async def check(self) -> None:
         """One tick: close expired sessions; after another process's commit, sweep. The first tick
         only learns the accounts' states."""
-        if self._data_version is None:
-            version = await self._db.run(_data_version)  # first: a change after it shows on the next tick
-            self._states, self._data_version = await self._accounts.credential_states(), version
+        if not self._started:
+            marker = await self._db.change_marker()  # first: a change after it shows on the next tick
+            self._states, self._change_marker = await self._accounts.credential_states(), marker
+            self._started = True
             return
         self._close_expired()
-        version = await self._db.run(_data_version)
-        changed, self._data_version = version != self._data_version, version
+        marker = await self._db.change_marker()
+        # An engine that can't tell (None) is swept every tick.
+        changed, self._change_marker = marker is None or marker != self._change_marker, marker
         if changed or self._recheck:
             self._recheck = changed
             await self._sweep()
@@ -194,9 +197,3 @@ class Revocations:
             log.warning("run %s of a revoked account not cancelled: %s", run_id, exc.message)
         except Exception:
             log.exception("cancelling run %s of a revoked account failed", run_id)
-
-
-def _data_version(conn: sqlite3.Connection) -> int:
-    """Moves whenever another connection (another process: the `pheby` command) commits to the database."""
-    version: int = conn.execute("PRAGMA data_version").fetchone()[0]
-    return version

@@ -187,7 +187,7 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
     """Open the database (migrating it), the owner account, the blob store and Hermes clients; close after."""
     async with AsyncExitStack() as stack:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-        db = Database(settings.database_path)
+        db = settings.open_database()
         await db.open()
         stack.push_async_callback(db.close)
         accounts = Accounts(db)

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from pheby.db import Database, open_database
 from pheby.plugin.extras import EXTRAS, OFF_BY_DEFAULT, env_name, setting_name
 
 StorageKind = Literal["local", "s3"]
@@ -26,6 +27,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     host: str = "127.0.0.1"
     port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8620
     data_dir: Path = DEFAULT_DATA_DIR
+    # PHEBY_DATABASE_URL: postgresql://… to keep the metadata in PostgreSQL; empty: SQLite in the data dir.
+    database_url: Annotated[str, msgspec.Meta(pattern=r"^(postgres(ql)?://.*)?$")] = ""
     # PHEBY_SECRET: authenticates the owner account. Filled in by `resolve_secret` when unset.
     secret: Annotated[str, msgspec.Meta(min_length=16)]
     # HERMES_URL / HERMES_API_KEY: the gateway's API server. Empty URL means "start the demo Hermes".
@@ -142,8 +145,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
 
     @property
     def database_path(self) -> Path:
-        """The SQLite metadata database inside the data dir."""
+        """The SQLite metadata database inside the data dir (unused when `database_url` names PostgreSQL)."""
         return self.data_dir / "pheby.sqlite3"
+
+    def open_database(self) -> Database:
+        """The database these settings name (not yet opened)."""
+        return open_database(self.database_url, self.database_path)
 
 
 # Field name -> environment variable. Flags use the field names.
@@ -151,6 +158,7 @@ ENV_NAMES: dict[str, str] = {
     "host": "PHEBY_HOST",
     "port": "PHEBY_PORT",
     "data_dir": "PHEBY_DATA_DIR",
+    "database_url": "PHEBY_DATABASE_URL",
     "secret": "PHEBY_SECRET",
     "hermes_url": "HERMES_URL",
     "hermes_api_key": "HERMES_API_KEY",

@@ -1,8 +1,9 @@
 """Shared fixtures. Fixture plugins for the Hermes doubles and the real gateway live in their own modules."""
 
 import functools
+import os
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,16 +60,47 @@ def no_dns(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
+def postgres_url() -> Iterator[str]:  # TEMPORARY: the harness helper provides the real one
+    import uuid
+
+    import psycopg
+
+    name = f"t_{uuid.uuid4().hex}"
+    with psycopg.connect("postgresql://pheby@127.0.0.1:55432/postgres", autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    yield f"postgresql://pheby@127.0.0.1:55432/{name}"
+    with psycopg.connect("postgresql://pheby@127.0.0.1:55432/postgres", autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+@pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test marked `both_engines` (or in a module so marked) runs once on SQLite and once on PostgreSQL."""
+    if "database_url" in metafunc.fixturenames and metafunc.definition.get_closest_marker("both_engines"):
+        metafunc.parametrize("database_url", ["sqlite", "postgresql"], indirect=True)
+
+
 @pytest.fixture
-def make_settings(tmp_path: Path) -> Callable[..., Settings]:
-    """Settings on a temp data dir with a known owner secret; keyword overrides win."""
+def database_url(request: pytest.FixtureRequest) -> str:
+    """What `make_settings` puts in PHEBY_DATABASE_URL: empty (SQLite in the data dir) unless the test runs on
+    PostgreSQL (`both_engines`, or every test with PHEBY_TEST_ENGINE=postgresql), then a new empty database of
+    its own."""
+    if getattr(request, "param", os.environ.get("PHEBY_TEST_ENGINE", "sqlite")) == "postgresql":
+        url: str = request.getfixturevalue("postgres_url")
+        return url
+    return ""
+
+
+@pytest.fixture
+def make_settings(tmp_path: Path, database_url: str) -> Callable[..., Settings]:
+    """Settings on a temp data dir with a known owner secret (and the test's database); keyword overrides win."""
 
     def make(**overrides: Any) -> Settings:
-        values: dict[str, Any] = {"data_dir": tmp_path / "data", "secret": TEST_SECRET}
+        values: dict[str, Any] = {"data_dir": tmp_path / "data", "secret": TEST_SECRET, "database_url": database_url}
         values.update(overrides)
         return load_settings({}, **values)
 

@@ -12,7 +12,7 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
 from handlers.support.app import create_app
-from pheby.db import Database
+from pheby.db import Database, SqliteDatabase
 from pheby.errors import Conflict, NotFound
 from pheby.services import Services
 from pheby.settings import Settings
@@ -196,7 +196,7 @@ async def test_versions_are_newest_first(client: Client, alice: Caller) -> None:
 
 async def test_version_times_come_from_when_each_was_written(tmp_path: Path) -> None:
     now = [1_000.0]
-    db = Database(tmp_path / "db.sqlite3")
+    db = SqliteDatabase(tmp_path / "db.sqlite3")
     await db.open()
     try:
         account = await add_account_in(db, "carol")

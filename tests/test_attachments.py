@@ -18,6 +18,7 @@ from moto import mock_aws
 
 from handlers.support.app import create_app
 from handlers.support.uploads import utf8_header
+from pheby.db import raw_sqlite
 from pheby.errors import TooLarge, Unprocessable
 from pheby.services import Services
 from pheby.settings import Settings
@@ -587,12 +588,12 @@ async def test_an_upload_row_is_committed_durably(client: AsyncTestClient[Any]) 
     """The 201 comes after a commit with synchronous=FULL (WAL fsynced), not the connection's NORMAL."""
     services = services_of(client)
     statements: list[str] = []
-    await services.db.run(lambda c: c.set_trace_callback(statements.append))
+    await services.db.run(lambda c: raw_sqlite(c).set_trace_callback(statements.append))
     try:
         conversation_id = await conversation(client)
         assert (await pheby_upload(client, conversation_id, "d.md", b"durable")).status_code == 201
     finally:
-        await services.db.run(lambda c: c.set_trace_callback(None))
+        await services.db.run(lambda c: raw_sqlite(c).set_trace_callback(None))
     insert = next(i for i, s in enumerate(statements) if s.startswith("INSERT INTO attachments"))
     full = max(i for i, s in enumerate(statements[:insert]) if s.startswith("PRAGMA synchronous"))
     assert statements[full] == "PRAGMA synchronous=FULL"

@@ -14,7 +14,6 @@ from litestar.testing import AsyncTestClient
 
 from handlers.support import app as app_module
 from handlers.support.app import create_app
-from pheby.db import Database
 from pheby.settings import Settings
 from pheby.store.accounts import Accounts
 from pheby.store.lockout import BearerFailures
@@ -28,7 +27,7 @@ pytestmark = pytest.mark.anyio
 
 async def add_account(settings: Settings, name: str, password: str | None = PASSWORD) -> tuple[str, str]:
     """Create an account and an API token straight in the database; return (id, token)."""
-    db = Database(settings.database_path)
+    db = settings.open_database()
     await db.open()
     try:
         accounts = fast_accounts(db)
@@ -195,7 +194,7 @@ async def test_expired_session_is_401(make_settings: Callable[..., Settings]) ->
 async def test_disabled_account_is_401(client: AsyncTestClient[Litestar], settings: Settings) -> None:
     _, token = await add_account(settings, "carol")
     assert (await client.get("/api/me", headers={"Authorization": f"Bearer {token}"})).status_code == 200
-    db = Database(settings.database_path)
+    db = settings.open_database()
     await db.open()
     await Accounts(db).set_disabled("carol")
     await db.close()

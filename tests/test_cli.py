@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pheby.cli import main
-from pheby.db import Database
+from pheby.db import SqliteDatabase
 from pheby.store.accounts import Accounts, HermesAccountSettings
 from pheby.store.second_factor import SecondFactors
 from tests.passwords import PASSWORD
@@ -80,7 +80,7 @@ def test_account_hermes_settings(
     assert "dash-token" not in out
 
     async def stored() -> HermesAccountSettings:
-        db = Database(tmp_path / "pheby.sqlite3")
+        db = SqliteDatabase(tmp_path / "pheby.sqlite3")
         await db.open()
         try:
             return (await Accounts(db).get_by_name("alice")).hermes
@@ -122,7 +122,7 @@ def test_account_enable_revoke_and_list(tmp_path: Path, capsys: pytest.CaptureFi
     assert json.loads(run_cli(capsys, *data, "account", "enable", "alice")[1])["disabled"] is False
 
     async def live() -> list[bool]:
-        db = Database(tmp_path / "pheby.sqlite3")
+        db = SqliteDatabase(tmp_path / "pheby.sqlite3")
         await db.open()
         try:
             return [await Accounts(db).resolve_token(t) is not None for t in tokens]
@@ -148,7 +148,7 @@ def test_account_totp_off(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     account_id = json.loads(run_cli(capsys, *data, "account", "create", "alice")[1])["id"]
 
     async def turn_on() -> None:
-        db = Database(tmp_path / "pheby.sqlite3")
+        db = SqliteDatabase(tmp_path / "pheby.sqlite3")
         await db.open()
         try:
             second_factors = SecondFactors(db)
@@ -158,7 +158,7 @@ def test_account_totp_off(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
             await db.close()
 
     async def is_on() -> bool:
-        db = Database(tmp_path / "pheby.sqlite3")
+        db = SqliteDatabase(tmp_path / "pheby.sqlite3")
         await db.open()
         try:
             return await SecondFactors(db).is_enabled(account_id)

@@ -1,6 +1,5 @@
 """GET /api/features/sync: the caller's attachment and artifact changes, in pages of 200, owner-filtered."""
 
-import sqlite3
 import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -10,6 +9,7 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
 from handlers.support.app import create_app
+from pheby.db import Connection
 from pheby.services import Services
 from pheby.settings import Settings
 from pheby.store.changes import ChangeKind, record
@@ -46,7 +46,7 @@ async def insert_changes(client: Client, changes: list[tuple[str, ChangeKind, st
     """Record (account id, kind, object id, deleted) changes the way the stores do, in one transaction."""
     services: Services = client.app.state.services
 
-    def q(conn: sqlite3.Connection) -> None:
+    def q(conn: Connection) -> None:
         for account_id, kind, object_id, deleted in changes:
             record(conn, account_id, kind, object_id, deleted=deleted)
 

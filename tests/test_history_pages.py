@@ -18,7 +18,7 @@ import pytest
 
 import hermes_client as hc
 from demo_hermes import DemoHermesServer
-from pheby.db import Database
+from pheby.db import SqliteDatabase
 from pheby.hermes.history_pages import HERMES_READS_AT_ONCE, HistoryPages
 from pheby.settings import Settings
 from pheby.store.accounts import Accounts
@@ -236,7 +236,7 @@ class HeldHermes:
 async def test_a_storm_of_opens_reads_hermes_a_bounded_number_at_once(tmp_path: Path) -> None:
     """Every client of a restarted server opening its conversations at once: history's reads of Hermes queue
     here, so the connections the runs' own requests need stay free."""
-    db = Database(tmp_path / "pheby.sqlite3")
+    db = SqliteDatabase(tmp_path / "pheby.sqlite3")
     await db.open()
     try:
         owner = await Accounts(db).ensure_owner()

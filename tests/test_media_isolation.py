@@ -14,7 +14,6 @@ import pytest
 
 from demo_hermes import DemoHermesServer, parse_echo_reply
 from pheby.cli import main
-from pheby.db import Database
 from pheby.settings import Settings
 from pheby.store.accounts import Account, Accounts, HermesAccountSettings, media_roots_for
 from tests.files import PNG_1PX
@@ -26,7 +25,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.live]
 
 async def add_account(settings: Settings, name: str) -> tuple[str, str]:
     """A new account's (id, bearer token)."""
-    db = Database(settings.database_path)
+    db = settings.open_database()
     await db.open()
     try:
         account = await Accounts(db).create(name)

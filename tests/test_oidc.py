@@ -22,7 +22,7 @@ from joserfc import jwt
 from joserfc.jwk import KeySet, OctKey, RSAKey
 
 from pheby.cli import main
-from pheby.db import Database
+from pheby.db import SqliteDatabase
 from pheby.settings import Settings, SettingsError
 from pheby.signin.oidc import (
     STARTS_PER_SOURCE,
@@ -449,7 +449,7 @@ class open_oidc:  # named as the context manager it is
     """An `OidcSignIn` on a fresh database in `directory`, for `issuer`."""
 
     def __init__(self, directory: Path, issuer: str, **settings: Any) -> None:
-        self._db = Database(directory / "pheby.db")
+        self._db = SqliteDatabase(directory / "pheby.db")
         self._values = {"oidc_issuer": issuer, "oidc_client_id": CLIENT_ID, "oidc_client_secret": CLIENT_SECRET}
         self._values.update(settings)
         self._directory = directory
@@ -468,7 +468,7 @@ class open_oidc:  # named as the context manager it is
 
 
 async def test_pending_sign_ins_are_single_use_short_lived_and_stored_hashed(tmp_path: Path) -> None:
-    db = Database(tmp_path / "pheby.db")
+    db = SqliteDatabase(tmp_path / "pheby.db")
     await db.open()
     try:
         now = [1000.0]

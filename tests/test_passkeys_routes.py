@@ -18,7 +18,7 @@ import pytest
 
 from handlers.support.app import create_app
 from pheby.cli import main
-from pheby.db import Database
+from pheby.db import SqliteDatabase
 from pheby.services import Services
 from pheby.settings import Settings
 from pheby.store.accounts import Accounts
@@ -276,7 +276,7 @@ def test_the_operator_removes_every_passkey_of_an_account(tmp_path: Path, capsys
     capsys.readouterr()
 
     async def add_two() -> None:
-        db = Database(tmp_path / "pheby.sqlite3")
+        db = SqliteDatabase(tmp_path / "pheby.sqlite3")
         await db.open()
         try:
             alice = await Accounts(db).get_by_name("alice")

@@ -22,7 +22,6 @@ from litestar.testing import AsyncTestClient
 
 from handlers.support.app import create_app
 from pheby.cli import main
-from pheby.db import Database
 from pheby.errors import Unprocessable
 from pheby.settings import Settings
 from pheby.store.accounts import Accounts
@@ -95,7 +94,7 @@ def test_a_hash_asking_for_more_memory_than_the_bound_is_refused_before_it_runs(
 async def test_an_old_hash_is_upgraded_at_the_next_sign_in(
     client: AsyncTestClient[Litestar], settings: Settings
 ) -> None:
-    db = Database(settings.database_path)
+    db = settings.open_database()
     await db.open()
     try:
         await Accounts(db, password_cost=OLD_COST).create("olga", PASSWORD)  # as the server made it before
@@ -143,7 +142,7 @@ def test_a_long_password_is_scored_on_a_bounded_start() -> None:
 
 
 async def test_a_common_password_is_refused_at_creation(settings: Settings) -> None:
-    db = Database(settings.database_path)
+    db = settings.open_database()
     await db.open()
     try:
         for password in COMMON_PASSWORDS:
@@ -189,7 +188,7 @@ async def test_a_change_ends_the_other_sessions_and_keeps_the_callers(
 
 
 async def _issue_api_token(settings: Settings, name: str) -> tuple[str, str]:
-    db = Database(settings.database_path)
+    db = settings.open_database()
     await db.open()
     try:
         accounts = Accounts(db)

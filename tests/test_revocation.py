@@ -16,7 +16,6 @@ import httpx
 import pytest
 
 from demo_hermes import DemoHermesServer
-from pheby.db import Database
 from pheby.revocation import ACCOUNT_DISABLED, ACCOUNT_REVOKED, CHECK_SECONDS, newly_ended
 from pheby.runs.active import ActiveRun
 from pheby.settings import Settings
@@ -32,7 +31,7 @@ CLOSE_POLICY_VIOLATION = 1008
 
 async def add_account(settings: Settings, name: str) -> str:
     """Create an account with a password and an API token straight in the (live) database; return the token."""
-    db = Database(settings.database_path)
+    db = settings.open_database()
     await db.open()
     try:
         accounts = fast_accounts(db)
@@ -203,7 +202,7 @@ async def test_revoke_from_another_process_ends_every_credential_of_the_account(
 async def revoke_then_issue(settings: Settings, name: str) -> str:
     """`pheby account revoke NAME` then `pheby account token NAME`, back to back (one connection, as fast as a
     script runs them): the new token."""
-    db = Database(settings.database_path)
+    db = settings.open_database()
     await db.open()
     try:
         accounts = Accounts(db)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import hermes_client as hc
-from pheby.db import Database
+from pheby.db import SqliteDatabase
 from pheby.plugin.extras import PluginExtras
 from pheby.protocol import frames as ev
 from pheby.protocol.hub import Hub
@@ -34,7 +34,9 @@ class Clock:
 
 
 class Setup:
-    def __init__(self, db: Database, account: Account, conversation: Conversation, client: hc.HermesClient) -> None:
+    def __init__(
+        self, db: SqliteDatabase, account: Account, conversation: Conversation, client: hc.HermesClient
+    ) -> None:
         self.db = db
         self.account = account
         self.conversation = conversation
@@ -59,7 +61,7 @@ class Setup:
 
 @pytest.fixture
 async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
-    db = Database(tmp_path / "pheby.sqlite3")
+    db = SqliteDatabase(tmp_path / "pheby.sqlite3")
     await db.open()
     owner = await Accounts(db).ensure_owner()
     conversation = await Conversations(db).create(owner.id, "Deploys")

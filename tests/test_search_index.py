@@ -15,7 +15,7 @@ from typing import TypeVar
 
 import pytest
 
-from pheby.db import Database
+from pheby.db import Connection, SqliteDatabase, raw_sqlite
 from pheby.errors import BadRequest
 from pheby.protocol.frames import HistoryMessage
 from pheby.search.index import PARTITION_ROWS, SearchIndex
@@ -25,13 +25,15 @@ from pheby.search.tokens import tokens
 from pheby.store.accounts import Accounts
 from pheby.store.conversations import Conversations, TranscriptTurn
 
+Db = SqliteDatabase  # FTS5's own checks read the file
+
 pytestmark = pytest.mark.anyio
 T = TypeVar("T")
 
 
 @pytest.fixture
-async def db(tmp_path: Path) -> AsyncIterator[Database]:
-    database = Database(tmp_path / "pheby.sqlite3")
+async def db(tmp_path: Path) -> AsyncIterator[SqliteDatabase]:
+    database = SqliteDatabase(tmp_path / "pheby.sqlite3")
     await database.open()
     yield database
     await database.close()
@@ -48,7 +50,7 @@ async def log(conversations: Conversations, conversation_id: str, *texts: str, f
     return [m.message_id for m in shown]
 
 
-def integrity(db: Database) -> None:
+def integrity(db: Db) -> None:
     conn = sqlite3.connect(db.path)
     try:
         conn.execute("INSERT INTO search_index (search_index, rank) VALUES ('integrity-check', 0)")
@@ -56,7 +58,7 @@ def integrity(db: Database) -> None:
         conn.close()
 
 
-def partition_rows(db: Database, number: int) -> int:
+def partition_rows(db: Db, number: int) -> int:
     conn = sqlite3.connect(db.path)
     try:
         low, high = number * PARTITION_ROWS, (number + 1) * PARTITION_ROWS
@@ -67,7 +69,9 @@ def partition_rows(db: Database, number: int) -> int:
         conn.close()
 
 
-async def test_messages_are_found_in_their_account_only_and_names_follow_renames_and_deletes(db: Database) -> None:
+async def test_messages_are_found_in_their_account_only_and_names_follow_renames_and_deletes(
+    db: SqliteDatabase,
+) -> None:
     accounts, conversations, search = Accounts(db), Conversations(db), SearchIndex(db)
     alice, bob = await accounts.create("alice"), await accounts.create("bob")
     trip = await conversations.create(alice.id, "Trip to Lisbon")
@@ -96,7 +100,7 @@ async def test_messages_are_found_in_their_account_only_and_names_follow_renames
     integrity(db)
 
 
-async def test_an_accounts_removal_empties_its_partition(db: Database) -> None:
+async def test_an_accounts_removal_empties_its_partition(db: Db) -> None:
     accounts, conversations, search = Accounts(db), Conversations(db), SearchIndex(db)
     alice, bob = await accounts.create("alice"), await accounts.create("bob")
     for account in (alice, bob):
@@ -111,12 +115,12 @@ async def test_an_accounts_removal_empties_its_partition(db: Database) -> None:
     integrity(db)
 
 
-async def test_attachments_are_found_under_their_name_while_claimed_and_live(db: Database) -> None:
+async def test_attachments_are_found_under_their_name_while_claimed_and_live(db: Db) -> None:
     accounts, conversations, search = Accounts(db), Conversations(db), SearchIndex(db)
     alice = await accounts.create("alice")
     conversation = await conversations.create(alice.id, "Shopping")
 
-    def insert(conn: sqlite3.Connection) -> None:
+    def insert(conn: Connection) -> None:
         conn.execute(
             "INSERT INTO attachments (id, account_id, surface, direction, conversation_id, filename, mime, size, "
             "blob_key, extraction_status, extracted_text, created_at) "
@@ -140,7 +144,7 @@ async def test_attachments_are_found_under_their_name_while_claimed_and_live(db:
     integrity(db)
 
 
-async def test_pages_rank_by_bm25_within_windows_and_reach_every_match(db: Database) -> None:
+async def test_pages_rank_by_bm25_within_windows_and_reach_every_match(db: Db) -> None:
     accounts, conversations = Accounts(db), Conversations(db)
     search = SearchIndex(db, window=4)
     alice = await accounts.create("alice")
@@ -171,7 +175,7 @@ async def test_pages_rank_by_bm25_within_windows_and_reach_every_match(db: Datab
         assert (page.results, page.next_cursor) == ([], None), outside
 
 
-async def test_phrases_prefixes_and_folding(db: Database) -> None:
+async def test_phrases_prefixes_and_folding(db: Db) -> None:
     accounts, conversations, search = Accounts(db), Conversations(db), SearchIndex(db)
     alice = await accounts.create("alice")
     conversation = await conversations.create(alice.id, "Words")
@@ -183,17 +187,17 @@ async def test_phrases_prefixes_and_folding(db: Database) -> None:
     assert [hit.snippet[s:e] for s, e in hit.highlights] == ["Caféteria"]
 
 
-async def traced(db: Database, action: Awaitable[T]) -> tuple[T, list[str]]:
+async def traced(db: Db, action: Awaitable[T]) -> tuple[T, list[str]]:
     """What `action` returns, and the SQL statements it ran on the database's connection (values bound)."""
     statements: list[str] = []
-    await db.run(lambda conn: conn.set_trace_callback(statements.append))
+    await db.run(lambda conn: raw_sqlite(conn).set_trace_callback(statements.append))
     try:
         return await action, statements
     finally:
-        await db.run(lambda conn: conn.set_trace_callback(None))
+        await db.run(lambda conn: raw_sqlite(conn).set_trace_callback(None))
 
 
-async def test_one_term_is_ranked_in_bm25s_order_without_bm25s_count_over_every_account(db: Database) -> None:
+async def test_one_term_is_ranked_in_bm25s_order_without_bm25s_count_over_every_account(db: Db) -> None:
     accounts, conversations, search = Accounts(db), Conversations(db), SearchIndex(db)
     alice, bob = await accounts.create("alice"), await accounts.create("bob")
     bobs = await conversations.create(bob.id, "Bob's")
@@ -230,7 +234,7 @@ async def test_one_term_is_ranked_in_bm25s_order_without_bm25s_count_over_every_
         assert len(expected) >= 3
 
 
-async def test_several_terms_are_weighed_by_their_idf_in_the_account_not_in_every_account(db: Database) -> None:
+async def test_several_terms_are_weighed_by_their_idf_in_the_account_not_in_every_account(db: Db) -> None:
     accounts, conversations, search = Accounts(db), Conversations(db), SearchIndex(db)
     alice, bob = await accounts.create("alice"), await accounts.create("bob")
     chat = await conversations.create(alice.id, "Notes")
@@ -249,7 +253,9 @@ async def test_several_terms_are_weighed_by_their_idf_in_the_account_not_in_ever
     assert [r.message_id for r in phrase_and_word.results] == [ids[1], ids[0]]  # the second has more betas
 
 
-async def test_a_prefix_longer_than_the_index_keeps_is_looked_up_by_the_kept_one_then_checked(db: Database) -> None:
+async def test_a_prefix_longer_than_the_index_keeps_is_looked_up_by_the_kept_one_then_checked(
+    db: SqliteDatabase,
+) -> None:
     accounts, conversations = Accounts(db), Conversations(db)
     search = SearchIndex(db, window=2)
     alice = await accounts.create("alice")

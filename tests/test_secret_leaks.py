@@ -21,7 +21,7 @@ import pytest
 from websockets.asyncio.client import connect
 
 from pheby.cli import main
-from pheby.db import Database
+from pheby.db import SqliteDatabase
 from tests.crash_safety import SECRET, ServerProcess
 from tests.live_server import free_port
 from tests.oidc_provider import authorize, running_provider
@@ -40,7 +40,7 @@ SUBJECT = "alice-at-the-provider"
 
 async def make_alice(data_dir: Path) -> str:
     """Alice, with a password and an API token; returns the token."""
-    db = Database(data_dir / "pheby.sqlite3")
+    db = SqliteDatabase(data_dir / "pheby.sqlite3")
     await db.open()
     try:
         accounts = fast_accounts(db)

@@ -17,7 +17,6 @@ import pytest
 from demo_hermes import DemoHermesServer
 from handlers.support.app import create_app
 from hermes_client import HermesClient, HermesNotFound, JobRepeat
-from pheby.db import Database
 from pheby.services import Services
 from pheby.settings import Settings
 from pheby.store.accounts import HermesAccountSettings
@@ -171,7 +170,7 @@ async def tasks_scenario(api: httpx.AsyncClient, headers: dict[str, str], *, sec
 
 async def add_account(settings: Settings, name: str, hermes: HermesAccountSettings | None = None) -> dict[str, str]:
     """Create an account (optionally with its own Hermes) and an API token; return its bearer headers."""
-    db = Database(settings.database_path)
+    db = settings.open_database()
     await db.open()
     try:
         accounts = fast_accounts(db)

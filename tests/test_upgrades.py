@@ -39,7 +39,7 @@ import pytest
 from demo_hermes import DemoHermesServer
 from demo_hermes.newer import NEWER_FEATURES
 from pheby.cli import main as pheby_main
-from pheby.db import Database, SchemaTooNew, apply_migrations, check_schema_version
+from pheby.db import SchemaTooNew, SqliteDatabase, apply_migrations, check_schema_version
 from pheby.search.index import SearchIndex
 from pheby.settings import Settings, load_settings
 from tests import upgrade_fixtures as fx
@@ -88,7 +88,7 @@ async def test_each_level_upgrades_in_the_database_with_every_row_kept(tmp_path:
         before.close()
     assert sum(len(found) for found in kept.values()) == sum(len(found) for found in fixture.inserted.values())
 
-    db = Database(fixture.database)
+    db = SqliteDatabase(fixture.database)
     await db.open()
     await db.close()
 
@@ -113,7 +113,7 @@ async def test_each_level_upgrade_builds_the_search_index(tmp_path: Path, level:
     """The data already there is searchable: every logged message, every conversation's name and every
     searchable attachment has its row in its account's part of the index, and searches find them."""
     fixture = fx.build_data_dir(tmp_path / "data", level)
-    db = Database(fixture.database)
+    db = SqliteDatabase(fixture.database)
     await db.open()
     try:
         search = SearchIndex(db)
@@ -479,7 +479,7 @@ def snapshot(directory: Path) -> dict[str, str]:
 async def test_database_open_refuses_a_newer_schema_and_changes_nothing(tmp_path: Path) -> None:
     data_dir = newer_data_dir(tmp_path / "data")
     before = snapshot(data_dir)
-    db = Database(data_dir / fx.DATABASE)
+    db = SqliteDatabase(data_dir / fx.DATABASE)
     with pytest.raises(SchemaTooNew) as refused:
         await db.open()
     await db.close()

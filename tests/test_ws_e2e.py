@@ -21,7 +21,6 @@ from websockets.exceptions import ConnectionClosed
 
 from demo_hermes import DemoHermesServer
 from hermes_client import HermesNotFound
-from pheby.db import Database
 from pheby.errors import NotFound
 from pheby.server import WS_MAX_SIZE
 from pheby.settings import Settings
@@ -96,7 +95,7 @@ def of_types(frames: list[Frame], *types: str) -> list[Frame]:
 
 
 async def add_account(settings: Settings, name: str, hermes: HermesAccountSettings | None = None) -> str:
-    db = Database(settings.database_path)
+    db = settings.open_database()
     await db.open()
     try:
         accounts = Accounts(db)

@@ -19,7 +19,6 @@ while the log is in sync, so a run doesn't read the whole transcript either.
 
 import asyncio
 import contextlib
-import sqlite3
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Final
@@ -27,7 +26,7 @@ from typing import Final
 import msgspec
 
 import hermes_client as hc
-from pheby.db import Database
+from pheby.db import Connection, Database, DatabaseError
 from pheby.hermes.history import shown_history, text_turns, transcript
 from pheby.protocol.frames import HistoryMessage
 from pheby.store.conversations import Conversation, Conversations, TranscriptTurn
@@ -98,7 +97,7 @@ class HistoryPages:
             state = await self._state(client, conversation)
             if self._synced.get(conversation.id) == state:
                 self._synced.move_to_end(conversation.id)
-                with contextlib.suppress(sqlite3.Error):  # else Hermes is read instead
+                with contextlib.suppress(DatabaseError):  # else Hermes is read instead
                     return await self._conversations.transcript_turns(conversation.id)
             stored, _ = await self._read_and_log(client, conversation, state, strict=False)
             return text_turns(stored)
@@ -130,7 +129,7 @@ class HistoryPages:
     ) -> tuple[list[hc.SessionMessage], list[HistoryMessage]]:
         """Read the whole transcript, log what history shows of it, and remember the sessions' state if
         the log then matches (the after-turn work of a run: the next `conversation.open` reads the log).
-        Raises `HermesError` and `sqlite3.Error`."""
+        Raises `HermesError` and `DatabaseError`."""
         await self._recall(conversation.id)
         async with self._hermes_reads:
             return await self._read_and_log(client, conversation, await self._state(client, conversation), strict=True)
@@ -155,7 +154,7 @@ class HistoryPages:
         try:
             await self._conversations.log_transcript(conversation.id, shown, text_turns(stored))
             logged = await self._conversations.logged_history(conversation.id)
-        except sqlite3.Error:
+        except DatabaseError:
             if strict:
                 raise
             return stored, shown
@@ -166,7 +165,7 @@ class HistoryPages:
             self._synced.move_to_end(conversation.id)
         else:
             self._synced.pop(conversation.id, None)
-        with contextlib.suppress(sqlite3.Error):  # unkept, it is only read again after a restart
+        with contextlib.suppress(DatabaseError):  # unkept, it is only read again after a restart
             await self._keep(conversation.id)
         return stored, shown
 
@@ -176,7 +175,7 @@ class HistoryPages:
         if conversation_id in self._recalled:
             self._recalled.move_to_end(conversation_id)
             return
-        with contextlib.suppress(sqlite3.Error):  # unreadable: as if never in sync
+        with contextlib.suppress(DatabaseError):  # unreadable: as if never in sync
             row = await self._db.run(
                 lambda conn: conn.execute(
                     "SELECT state, resolved FROM history_sync WHERE conversation_id = ?", (conversation_id,)
@@ -214,7 +213,7 @@ class HistoryPages:
     ) -> list[HistoryMessage] | None:
         """The logged messages of `window`; None when the cursor names no logged message."""
 
-        def q(conn: sqlite3.Connection) -> list[tuple[int, str, str, str | None]] | None:
+        def q(conn: Connection) -> list[tuple[int, str, str, str | None]] | None:
             columns = "SELECT hermes_id, role, text, ts FROM history_log WHERE conversation_id = ?"
             if cursor is not None:
                 at = conn.execute(f"{columns} AND hermes_id = ?", (conversation_id, cursor)).fetchall()

@@ -11,13 +11,12 @@ With neither, a conversation-scoped change is declined with `not_implemented`.
 """
 
 import logging
-import sqlite3
 import time
 from collections.abc import Callable
 
 import msgspec
 
-from pheby.db import Database
+from pheby.db import Connection, Database
 from pheby.errors import BadRequest, NotImplementedByUpstream, PhebyError
 from pheby.hermes.features import NO_RUN_OPTIONS, HermesFeatures, RunOptions
 from pheby.hermes.model_choice import REASONING_EFFORTS, ModelChoices
@@ -126,7 +125,7 @@ class ConversationSettings:
             f"ON CONFLICT (conversation_id) DO UPDATE SET {updates}, updated_at = excluded.updated_at"
         )
 
-        def q(conn: sqlite3.Connection) -> None:
+        def q(conn: Connection) -> None:
             conn.execute(sql, (conversation_id, *values.values(), now))
 
         await self._db.run(q)

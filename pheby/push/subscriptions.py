@@ -9,7 +9,6 @@ revocation of the account's credentials since, stops its pushes.
 """
 
 import json
-import sqlite3
 import time
 import uuid
 from collections.abc import Callable
@@ -18,7 +17,7 @@ from typing import Annotated, Literal, get_args
 import msgspec
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from pheby.db import Database
+from pheby.db import Connection, Database
 from pheby.errors import BadRequest, Conflict
 from pheby.push.endpoints import ENDPOINT_MAX
 from pheby.push.vapid import b64url_decode
@@ -103,7 +102,7 @@ class PushSubscriptions:
         wanted = list(dict.fromkeys(events if events is not None else PUSH_EVENTS))
         new_id, now = uuid.uuid4().hex, self._clock()
 
-        def q(conn: sqlite3.Connection) -> Subscription:
+        def q(conn: Connection) -> Subscription:
             row = conn.execute(
                 "SELECT id, created_at FROM push_subscriptions WHERE account_id = ? AND endpoint = ?",
                 (account_id, subscription.endpoint),

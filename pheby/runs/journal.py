@@ -14,7 +14,6 @@ none lands after the run's end.
 
 import asyncio
 import logging
-import sqlite3
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -22,7 +21,7 @@ from typing import Any, Final
 
 import msgspec
 
-from pheby.db import Database
+from pheby.db import Connection, Database, DatabaseError, Row
 from pheby.plugin.extras import PluginExtras
 from pheby.protocol import frames as ev
 from pheby.runs.active import ActiveRun
@@ -131,7 +130,7 @@ class RunJournal:
         asked = (decision.id, run.run_id, request, decision.held_id, _JSON.encode(decision.pattern_keys).decode(),
                  int(decision.by_plugin), int(decision.unseen), time.time())  # fmt: skip
 
-        def write(conn: sqlite3.Connection, row: tuple[object, ...]) -> None:
+        def write(conn: Connection, row: tuple[object, ...]) -> None:
             conn.execute(_UPSERT, row)
             conn.execute(_INSERT_DECISION, asked)
 
@@ -146,9 +145,7 @@ class RunJournal:
         async with entry.lock:
             await self._quiet_write(run.run_id, "ending", _delete_run(run.run_id))
 
-    async def _write(
-        self, run: ActiveRun, what: str, fn: Callable[[sqlite3.Connection, tuple[object, ...]], object]
-    ) -> None:
+    async def _write(self, run: ActiveRun, what: str, fn: Callable[[Connection, tuple[object, ...]], object]) -> None:
         entry = self._entries.get(run.run_id)
         if entry is None:
             return
@@ -194,12 +191,12 @@ class RunJournal:
         self._entries.pop(run_id, None)
         await self._quiet_write(run_id, "forgetting", _delete_run(run_id))
 
-    async def _quiet_write(self, what_id: str, what: str, fn: Callable[[sqlite3.Connection], object]) -> None:
+    async def _quiet_write(self, what_id: str, what: str, fn: Callable[[Connection], object]) -> None:
         """A journal write that fails (a full disk, a run deleted meanwhile) is logged, never raised: the run
         goes on in this process either way."""
         try:
             await self._db.transaction(fn)
-        except (sqlite3.Error, RuntimeError) as exc:
+        except (DatabaseError, RuntimeError) as exc:
             log.warning("run journal: %s %s failed (%s)", what, what_id, exc)
 
 
@@ -214,9 +211,10 @@ WHERE active_runs.revision < excluded.revision
 """
 
 _INSERT_DECISION: Final = """
-INSERT OR IGNORE INTO run_decisions
+INSERT INTO run_decisions
     (decision_id, run_id, request, held_id, pattern_keys, by_plugin, unseen, asked_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT DO NOTHING
 """
 
 
@@ -242,15 +240,15 @@ def _row(run: ActiveRun, revision: int) -> tuple[object, ...]:
     )
 
 
-def _read_all(conn: sqlite3.Connection) -> tuple[list[sqlite3.Row], dict[str, list[sqlite3.Row]]]:
+def _read_all(conn: Connection) -> tuple[list[Row], dict[str, list[Row]]]:
     rows = conn.execute("SELECT * FROM active_runs ORDER BY admitted_at").fetchall()
-    decisions: dict[str, list[sqlite3.Row]] = {}
-    for decision in conn.execute("SELECT * FROM run_decisions ORDER BY asked_at, rowid"):
+    decisions: dict[str, list[Row]] = {}
+    for decision in conn.execute("SELECT * FROM run_decisions ORDER BY asked_at, decision_id"):
         decisions.setdefault(decision["run_id"], []).append(decision)
     return rows, decisions
 
 
-def _journaled(row: sqlite3.Row, decisions: list[sqlite3.Row]) -> JournaledRun:
+def _journaled(row: Row, decisions: list[Row]) -> JournaledRun:
     return JournaledRun(
         run_id=row["run_id"],
         account_id=row["account_id"],
@@ -287,9 +285,9 @@ def _phase(value: str) -> Phase:
     return value
 
 
-def _delete_run(run_id: str) -> Callable[[sqlite3.Connection], object]:
+def _delete_run(run_id: str) -> Callable[[Connection], object]:
     return lambda conn: conn.execute("DELETE FROM active_runs WHERE run_id = ?", (run_id,))
 
 
-def _delete_decision(decision_id: str) -> Callable[[sqlite3.Connection], object]:
+def _delete_decision(decision_id: str) -> Callable[[Connection], object]:
     return lambda conn: conn.execute("DELETE FROM run_decisions WHERE decision_id = ?", (decision_id,))

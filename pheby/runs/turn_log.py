@@ -7,11 +7,11 @@ is logged and the turn's files are re-anchored: during a run the user's turn is
 reconnecting client must be able to put each file under its message.
 """
 
-import sqlite3
 from collections import Counter
 from collections.abc import Awaitable, Callable
 
 import hermes_client as hc
+from pheby.db import IntegrityError
 from pheby.errors import NotFound
 from pheby.hermes.history import turn_message_ids
 from pheby.hermes.history_pages import HistoryPages
@@ -44,7 +44,7 @@ class TurnLog:
             conversation = await self._conversations.get(run.account.id, run.conversation_id)
             # Also lets the next conversation.open, and the next run, read what is kept.
             stored, shown = await self._history.read_and_log(run.client, conversation)
-        except (NotFound, hc.HermesError, sqlite3.IntegrityError):
+        except (NotFound, hc.HermesError, IntegrityError):
             return  # deleted meanwhile, or Hermes can't say: the run's ids stay
         user_id, answer_id = turn_message_ids(stored, shown, run.stored_before, run.sent_text)
         ids = {run.user_message_id: user_id} if user_id else {}

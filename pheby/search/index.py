@@ -20,7 +20,7 @@ from typing import Final, Literal, NamedTuple
 
 import msgspec
 
-from pheby.db import Database
+from pheby.db import Connection, Database
 from pheby.errors import BadRequest
 from pheby.protocol.frames import SearchHitAttachment, SearchResult, iso_utc
 from pheby.search.query import SearchQuery, Term, parse_query
@@ -67,7 +67,7 @@ class SearchIndex:
         return await self._db.run(lambda conn: self._page(conn, account_id, query, limit, cursor))
 
     def _page(
-        self, conn: sqlite3.Connection, account_id: str, query: SearchQuery, limit: int, cursor: str | None
+        self, conn: Connection, account_id: str, query: SearchQuery, limit: int, cursor: str | None
     ) -> SearchPage:
         row = conn.execute("SELECT number FROM search_partitions WHERE account_id = ?", (account_id,)).fetchone()
         if row is None:
@@ -102,7 +102,7 @@ class SearchIndex:
         results = _results(conn, account_id, first, query, shown, self._clock())
         return SearchPage(results=results, next_cursor=next_cursor)
 
-    def _candidates(self, conn: sqlite3.Connection, query: SearchQuery, first: int, below: int) -> list[int]:
+    def _candidates(self, conn: Connection, query: SearchQuery, first: int, below: int) -> list[int]:
         """The rowids of the window's rows the MATCH finds, newest first (ranked by `Ranker`)."""
         try:
             rows = conn.execute(
@@ -150,7 +150,7 @@ class _LabelRow(NamedTuple):
     expires_at: float | None
 
 
-def _ranker(conn: sqlite3.Connection, first: int, query: SearchQuery) -> Ranker:
+def _ranker(conn: Connection, first: int, query: SearchQuery) -> Ranker:
     """The query's ranker, with the index's average row length and, for several terms, their IDFs."""
     average = average_length(conn, "search_index")
     if len(query.terms) == 1:
@@ -162,7 +162,7 @@ def _ranker(conn: sqlite3.Connection, first: int, query: SearchQuery) -> Ranker:
     return Ranker(query, average, weights)
 
 
-def _idf(conn: sqlite3.Connection, first: int, newest: int, term: Term) -> float:
+def _idf(conn: Connection, first: int, newest: int, term: Term) -> float:
     """The term's IDF in the account's messages, from how densely it occurs in the newest of them: of
     the account's messages (their rows are numbered in the order they were logged, up to `newest`),
     the newest `IDF_SAMPLE` holding the term span so many rows, and that share of all of them is its
@@ -179,7 +179,7 @@ def _idf(conn: sqlite3.Connection, first: int, newest: int, term: Term) -> float
     return idf(rows, IDF_SAMPLE * rows / (newest - holding[-1][0] + 1))
 
 
-def _texts(conn: sqlite3.Connection, first: int, rowids: Sequence[int]) -> dict[int, str]:
+def _texts(conn: Connection, first: int, rowids: Sequence[int]) -> dict[int, str]:
     """The text each index row was made of (a message, a conversation's name, an attachment's name and
     text), by rowid; a row gone meanwhile is missing."""
     messages = msgspec.json.encode([r for r in rowids if r - first < MESSAGE_ROWS]).decode()
@@ -202,7 +202,7 @@ def _texts(conn: sqlite3.Connection, first: int, rowids: Sequence[int]) -> dict[
 
 
 def _results(
-    conn: sqlite3.Connection, account_id: str, first: int, query: SearchQuery, rowids: Sequence[int], now: float
+    conn: Connection, account_id: str, first: int, query: SearchQuery, rowids: Sequence[int], now: float
 ) -> list[SearchResult]:
     """The rows' results in the rows' order; a row whose conversation or attachment is gone is left out."""
     ids = msgspec.json.encode(list(rowids)).decode()

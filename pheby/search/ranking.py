@@ -17,10 +17,10 @@ finds a superset, and `Ranker.ranked` keeps the rows that really match.
 import json
 import math
 import re
-import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Final
 
+from pheby.db import Connection
 from pheby.search.query import SearchQuery, Term
 from pheby.search.tokens import fold
 
@@ -98,7 +98,7 @@ def idf(rows: int, holding: float) -> float:
     return max(1e-6, math.log((rows - holding + 0.5) / (holding + 0.5)))
 
 
-def lengths(conn: sqlite3.Connection, table: str, rowids: Sequence[int]) -> dict[int, int]:
+def lengths(conn: Connection, table: str, rowids: Sequence[int]) -> dict[int, int]:
     """Each row's length in tokens, as the index counted it (`<table>_docsize`: a varint per column)."""
     wanted = json.dumps(list(rowids))
     rows = conn.execute(
@@ -111,7 +111,7 @@ def lengths(conn: sqlite3.Connection, table: str, rowids: Sequence[int]) -> dict
     }
 
 
-def average_length(conn: sqlite3.Connection, table: str) -> float:
+def average_length(conn: Connection, table: str) -> float:
     """The index's average row length in tokens, as `bm25()` reads it: from the FTS5 table's
     averages record (row 1 of `<table>_data`: varints, the row count then each column's token total).
     0.0 if the record is missing or unreadable (the caller then ranks by frequency alone)."""

@@ -8,7 +8,6 @@ The owner account is the one `PHEBY_SECRET` authenticates as.
 import hashlib
 import os
 import secrets
-import sqlite3
 import time
 import uuid
 from collections.abc import Callable, Collection, Sequence
@@ -18,7 +17,7 @@ from typing import Literal, TypeVar
 import anyio
 import msgspec
 
-from pheby.db import Database
+from pheby.db import Connection, Database, IntegrityError, Row
 from pheby.errors import BadRequest, Conflict, NotFound
 from pheby.store.lockout import PasswordHashing
 from pheby.store.password_hashing import SCRYPT_COST, ScryptCost, check_password, hash_password, verify
@@ -28,6 +27,7 @@ from pheby.store.sessions import end_sessions_but
 TokenKind = Literal["session", "api"]
 OWNER_NAME = "owner"
 _NAME_MAX = 64
+LOOKUP_CHUNK = 500  # ids a lookup binds at once (well under either engine's limit on parameters)
 T = TypeVar("T")
 
 
@@ -107,7 +107,7 @@ def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def _row_to_account(row: sqlite3.Row) -> Account:
+def _row_to_account(row: Row) -> Account:
     return Account(
         id=row["id"],
         name=row["name"],
@@ -140,12 +140,12 @@ class Accounts:
         """Return the owner account, creating it on first start."""
         now = self._clock()
 
-        def q(conn: sqlite3.Connection) -> sqlite3.Row:
+        def q(conn: Connection) -> Row:
             conn.execute(
                 "INSERT INTO accounts (id, name, is_owner, created_at) VALUES (?, ?, 1, ?) ON CONFLICT DO NOTHING",
                 (uuid.uuid4().hex, OWNER_NAME, now),
             )
-            row: sqlite3.Row = conn.execute("SELECT * FROM accounts WHERE is_owner = 1").fetchone()
+            row: Row = conn.execute("SELECT * FROM accounts WHERE is_owner = 1").fetchone()
             return row
 
         return _row_to_account(await self._db.transaction(q))
@@ -161,7 +161,7 @@ class Accounts:
             encoded = await anyio.to_thread.run_sync(hash_password, password, self._password_cost)
         account_id, now = uuid.uuid4().hex, self._clock()
 
-        def q(conn: sqlite3.Connection) -> None:
+        def q(conn: Connection) -> None:
             conn.execute(
                 "INSERT INTO accounts (id, name, password_hash, created_at) VALUES (?, ?, ?, ?)",
                 (account_id, name, encoded, now),
@@ -169,7 +169,7 @@ class Accounts:
 
         try:
             await self._db.run(q)
-        except sqlite3.IntegrityError:
+        except IntegrityError:
             raise Conflict(f"Account {name!r} already exists") from None
         return await self.get(account_id)
 
@@ -289,7 +289,7 @@ class Accounts:
         the account's sessions but `keep_session`; the ended sessions' ids."""
         now = self._clock()
 
-        def q(conn: sqlite3.Connection) -> tuple[str, ...]:
+        def q(conn: Connection) -> tuple[str, ...]:
             replaced = conn.execute(
                 "UPDATE accounts SET password_hash = ? WHERE id = ? AND password_hash IS ?", (new, account_id, old)
             ).rowcount
@@ -388,7 +388,7 @@ class Accounts:
         account = await self.get_by_name(name)
         now = self._clock()
 
-        def q(conn: sqlite3.Connection) -> int:
+        def q(conn: Connection) -> int:
             revoked = conn.execute(
                 "UPDATE auth_tokens SET revoked_at = ? WHERE account_id = ? AND revoked_at IS NULL", (now, account.id)
             ).rowcount
@@ -408,13 +408,19 @@ class Accounts:
         """Which of `token_ids` still work: not revoked, not expired, their account not disabled. One query."""
         if not token_ids:
             return set()
-        now, wanted = self._clock(), msgspec.json.encode(list(token_ids)).decode()
-        rows = await self._db.run(
-            lambda c: c.execute(
-                "SELECT t.id FROM auth_tokens t JOIN accounts a ON a.id = t.account_id "
-                "WHERE t.id IN (SELECT value FROM json_each(?)) AND t.revoked_at IS NULL "
-                "AND (t.expires_at IS NULL OR t.expires_at > ?) AND a.disabled = 0",
-                (wanted, now),
-            ).fetchall()
-        )
+        now, wanted = self._clock(), sorted(token_ids)
+
+        def q(c: Connection) -> list[Row]:
+            rows: list[Row] = []
+            for start in range(0, len(wanted), LOOKUP_CHUNK):
+                chunk = wanted[start : start + LOOKUP_CHUNK]
+                rows += c.execute(
+                    "SELECT t.id FROM auth_tokens t JOIN accounts a ON a.id = t.account_id "  # noqa: S608 - placeholders only
+                    f"WHERE t.id IN ({', '.join('?' * len(chunk))}) AND t.revoked_at IS NULL "
+                    "AND (t.expires_at IS NULL OR t.expires_at > ?) AND a.disabled = 0",
+                    (*chunk, now),
+                ).fetchall()
+            return rows
+
+        rows = await self._db.run(q)
         return {r[0] for r in rows}

@@ -9,7 +9,6 @@ Writes run in one BEGIN IMMEDIATE transaction each, so the revision compare-and-
 limit checks and the change-feed record see and change one consistent state.
 """
 
-import sqlite3
 import time
 import unicodedata
 import uuid
@@ -18,7 +17,7 @@ from typing import Literal
 
 import msgspec
 
-from pheby.db import Database
+from pheby.db import Connection, Database, Row
 from pheby.errors import Conflict, NotFound, TooLarge, Unprocessable
 from pheby.settings import Settings
 from pheby.store import changes
@@ -147,7 +146,7 @@ class Artifacts:
         title, checked_kind, size = clean_title(title), check_kind(kind), self._content_size(content)
         artifact_id, now = uuid.uuid4().hex, int(self._clock())
 
-        def q(conn: sqlite3.Connection) -> None:
+        def q(conn: Connection) -> None:
             (count,) = conn.execute("SELECT COUNT(*) FROM artifacts WHERE account_id = ?", (account_id,)).fetchone()
             if count >= self.limits.artifacts_per_account:
                 raise TooLarge(
@@ -178,7 +177,7 @@ class Artifacts:
         if revision is not None and not 1 <= revision <= _SQLITE_INT_MAX:
             raise NotFound("Artifact version not found")
 
-        def q(conn: sqlite3.Connection) -> Artifact:
+        def q(conn: Connection) -> Artifact:
             row = _live(conn, account_id, artifact_id)
             wanted = row["revision"] if revision is None else revision
             version = conn.execute(
@@ -202,7 +201,7 @@ class Artifacts:
     async def versions(self, account_id: str, artifact_id: str) -> list[ArtifactVersion]:
         """Every version of the artifact, newest first (bounded by `versions_max`)."""
 
-        def q(conn: sqlite3.Connection) -> list[ArtifactVersion]:
+        def q(conn: Connection) -> list[ArtifactVersion]:
             _live(conn, account_id, artifact_id)
             rows = conn.execute(
                 "SELECT revision, created_at FROM artifact_versions WHERE artifact_id = ? ORDER BY revision DESC",
@@ -232,7 +231,7 @@ class Artifacts:
         new_size = None if content is None else self._content_size(content)
         now = int(self._clock())
 
-        def q(conn: sqlite3.Connection) -> Artifact:
+        def q(conn: Connection) -> Artifact:
             row = _live(conn, account_id, artifact_id)
             current = row["revision"]
             if revision is None:
@@ -277,7 +276,7 @@ class Artifacts:
         """Tombstone the artifact: it and its versions are gone for the client, retained on disk."""
         now = int(self._clock())
 
-        def q(conn: sqlite3.Connection) -> None:
+        def q(conn: Connection) -> None:
             cursor = conn.execute(
                 "UPDATE artifacts SET deleted_at = ? WHERE id = ? AND account_id = ? AND deleted_at IS NULL",
                 (now, artifact_id, account_id),
@@ -288,7 +287,7 @@ class Artifacts:
 
         await self._db.transaction(q)
 
-    def _check_storage(self, conn: sqlite3.Connection, account_id: str, added: int) -> None:
+    def _check_storage(self, conn: Connection, account_id: str, added: int) -> None:
         """Refuse `added` more retained bytes past the account's or the server's limit."""
         account_bytes, total_bytes = conn.execute(
             "SELECT COALESCE((SELECT bytes FROM artifact_usage WHERE account_id = ?), 0), "
@@ -304,9 +303,9 @@ class Artifacts:
             raise TooLarge("The server's storage for artifact versions is full")
 
 
-def _live(conn: sqlite3.Connection, account_id: str, artifact_id: str) -> sqlite3.Row:
+def _live(conn: Connection, account_id: str, artifact_id: str) -> Row:
     """The account's artifact unless deleted; another account's id is just as not found."""
-    row: sqlite3.Row | None = conn.execute(
+    row: Row | None = conn.execute(
         "SELECT * FROM artifacts WHERE id = ? AND account_id = ? AND deleted_at IS NULL", (artifact_id, account_id)
     ).fetchone()
     if row is None:
@@ -315,7 +314,7 @@ def _live(conn: sqlite3.Connection, account_id: str, artifact_id: str) -> sqlite
 
 
 def _add_version(
-    conn: sqlite3.Connection, account_id: str, artifact_id: str, revision: int, content: str, size: int, now: int
+    conn: Connection, account_id: str, artifact_id: str, revision: int, content: str, size: int, now: int
 ) -> None:
     conn.execute(
         "INSERT INTO artifact_versions (artifact_id, revision, content, size, created_at) VALUES (?, ?, ?, ?, ?)",
@@ -323,6 +322,6 @@ def _add_version(
     )
     conn.execute(
         "INSERT INTO artifact_usage (account_id, bytes) VALUES (?, ?) "
-        "ON CONFLICT (account_id) DO UPDATE SET bytes = bytes + excluded.bytes",
+        "ON CONFLICT (account_id) DO UPDATE SET bytes = artifact_usage.bytes + excluded.bytes",
         (account_id, size),
     )

@@ -12,7 +12,6 @@ import contextlib
 import logging
 import mimetypes
 import os
-import sqlite3
 import time
 import uuid
 from collections.abc import AsyncIterable, Callable, Sequence
@@ -22,7 +21,7 @@ from typing import Any, Literal
 import anyio
 import msgspec
 
-from pheby.db import Database
+from pheby.db import Connection, Database, Row
 from pheby.errors import BadRequest, Conflict, NotFound, TooLarge, Unprocessable, UnsupportedMediaType
 from pheby.files.extraction import UNUSABLE, extract
 from pheby.files.file_types import (
@@ -130,7 +129,7 @@ def hope_object(a: Attachment) -> HopeAttachment:
     )
 
 
-def _row(row: sqlite3.Row) -> Attachment:
+def _row(row: Row) -> Attachment:
     return Attachment(**{k: row[k] for k in row.keys() if k != "deleted_at"})  # noqa: SIM118
 
 
@@ -224,7 +223,7 @@ class Attachments:
                 claimed_at=now if claimed else None,
             )
 
-            def insert(conn: sqlite3.Connection) -> None:
+            def insert(conn: Connection) -> None:
                 fields = msgspec.structs.asdict(attachment)
                 conn.execute(
                     f"INSERT INTO attachments ({', '.join(fields)}) VALUES ({', '.join('?' * len(fields))})",  # noqa: S608
@@ -366,7 +365,7 @@ class Attachments:
     async def _tombstone(self, attachment: Attachment) -> None:
         now = self._clock()
 
-        def q(conn: sqlite3.Connection) -> None:
+        def q(conn: Connection) -> None:
             cursor = conn.execute(
                 "UPDATE attachments SET deleted_at = ?, extracted_text = NULL WHERE id = ? AND deleted_at IS NULL",
                 (now, attachment.id),
@@ -483,7 +482,7 @@ class Attachments:
         """Anchor uploads to the turn that sent them (after the run was accepted)."""
         now = self._clock()
 
-        def q(conn: sqlite3.Connection) -> None:
+        def q(conn: Connection) -> None:
             for attachment in attachments:
                 conn.execute(
                     "UPDATE attachments SET claimed_at = ?, message_id = ? WHERE id = ? AND claimed_at IS NULL",
@@ -496,7 +495,7 @@ class Attachments:
     async def anchor(self, conversation_id: str, message_ids: dict[str, str]) -> None:
         """Give a turn's files the ids its messages have in history (see `RunManager._after_turn`)."""
 
-        def q(conn: sqlite3.Connection) -> None:
+        def q(conn: Connection) -> None:
             for old, new in message_ids.items():
                 conn.execute(
                     "UPDATE attachments SET message_id = ? WHERE conversation_id = ? AND message_id = ?",

@@ -5,13 +5,12 @@ created, edited and deleted.
 change itself and the feed never disagrees with the data.
 """
 
-import sqlite3
 import time
 from typing import Literal
 
 import msgspec
 
-from pheby.db import Database
+from pheby.db import Connection, Database
 
 ChangeKind = Literal["attachment", "artifact"]
 FEED_PAGE = 200
@@ -25,7 +24,7 @@ class Change(msgspec.Struct, frozen=True):
     created_at: int
 
 
-def record(conn: sqlite3.Connection, account_id: str, kind: ChangeKind, object_id: str, *, deleted: bool) -> None:
+def record(conn: Connection, account_id: str, kind: ChangeKind, object_id: str, *, deleted: bool) -> None:
     conn.execute(
         "INSERT INTO changes (account_id, kind, object_id, deleted, created_at) VALUES (?, ?, ?, ?, ?)",
         (account_id, kind, object_id, int(deleted), time.time()),

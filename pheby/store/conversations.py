@@ -2,7 +2,6 @@
 
 import builtins
 import hashlib
-import sqlite3
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -10,7 +9,7 @@ from typing import NamedTuple
 
 import msgspec
 
-from pheby.db import Database
+from pheby.db import Connection, Database
 from pheby.errors import BadRequest, ConversationNotFound
 from pheby.protocol.frames import HistoryMessage
 
@@ -43,7 +42,7 @@ class TranscriptTurn(NamedTuple):
     content: str
 
 
-def _kept_turns(conn: sqlite3.Connection, conversation_id: str) -> list[TranscriptTurn]:
+def _kept_turns(conn: Connection, conversation_id: str) -> list[TranscriptTurn]:
     """The conversation's kept text turns (table transcript_turns), oldest first."""
     query = "SELECT hermes_id, role, content FROM transcript_turns WHERE conversation_id = ? ORDER BY hermes_id"
     return [TranscriptTurn(*row) for row in conn.execute(query, (conversation_id,))]
@@ -60,7 +59,7 @@ def input_digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _load(conn: sqlite3.Connection, account_id: str, conversation_id: str) -> Conversation | None:
+def _load(conn: Connection, account_id: str, conversation_id: str) -> Conversation | None:
     row = conn.execute(
         "SELECT * FROM conversations WHERE id = ? AND account_id = ?", (conversation_id, account_id)
     ).fetchone()
@@ -101,7 +100,7 @@ class Conversations:
         self._on_delete.append(hook)
 
     async def list(self, account_id: str) -> list[Conversation]:
-        def q(conn: sqlite3.Connection) -> list[Conversation]:
+        def q(conn: Connection) -> list[Conversation]:
             ids = [
                 r[0]
                 for r in conn.execute(
@@ -126,7 +125,7 @@ class Conversations:
         conversation_id, now = uuid.uuid4().hex, self._clock()
         cleaned = clean_name(name)
 
-        def q(conn: sqlite3.Connection) -> Conversation:
+        def q(conn: Connection) -> Conversation:
             conn.execute(
                 "INSERT INTO conversations (id, account_id, name, source, job_id, created_at) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
@@ -141,7 +140,7 @@ class Conversations:
     async def task_conversation(self, account_id: str, job_id: str, name: str) -> tuple[Conversation, bool]:
         """The conversation of a scheduled task, created on its first output; (conversation, created)."""
 
-        def q(conn: sqlite3.Connection) -> tuple[Conversation, bool]:
+        def q(conn: Connection) -> tuple[Conversation, bool]:
             row = conn.execute(
                 "SELECT id FROM conversations WHERE account_id = ? AND job_id = ?", (account_id, job_id)
             ).fetchone()
@@ -189,11 +188,11 @@ class Conversations:
         )
 
     async def add_session(self, conversation_id: str, session_id: str) -> None:
-        def q(conn: sqlite3.Connection) -> None:
+        def q(conn: Connection) -> None:
             conn.execute(
-                "INSERT OR IGNORE INTO conversation_sessions (conversation_id, session_id, position) "
+                "INSERT INTO conversation_sessions (conversation_id, session_id, position) "
                 "VALUES (?, ?, (SELECT COALESCE(MAX(position), 0) + 1 FROM conversation_sessions "
-                "WHERE conversation_id = ?))",
+                "WHERE conversation_id = ?)) ON CONFLICT DO NOTHING",
                 (conversation_id, session_id, conversation_id),
             )
 
@@ -202,7 +201,7 @@ class Conversations:
     async def approve_pattern(self, conversation_id: str, pattern_key: str) -> None:
         await self._db.run(
             lambda c: c.execute(
-                "INSERT OR IGNORE INTO session_approvals (conversation_id, pattern_key) VALUES (?, ?)",
+                "INSERT INTO session_approvals (conversation_id, pattern_key) VALUES (?, ?) ON CONFLICT DO NOTHING",
                 (conversation_id, pattern_key),
             )
         )
@@ -220,7 +219,8 @@ class Conversations:
         now = self._clock()
         cursor = await self._db.run(
             lambda c: c.execute(
-                "INSERT OR IGNORE INTO cron_sessions_seen (account_id, session_id, seen_at) VALUES (?, ?, ?)",
+                "INSERT INTO cron_sessions_seen (account_id, session_id, seen_at) VALUES (?, ?, ?) "
+                "ON CONFLICT DO NOTHING",
                 (account_id, session_id, now),
             )
         )
@@ -230,7 +230,8 @@ class Conversations:
         """Remember what the user typed when the text sent to Hermes carried inlined attachments."""
         await self._db.run(
             lambda c: c.execute(
-                "INSERT OR REPLACE INTO turn_inputs (conversation_id, input_sha256, original_text) VALUES (?, ?, ?)",
+                "INSERT INTO turn_inputs (conversation_id, input_sha256, original_text) VALUES (?, ?, ?) "
+                "ON CONFLICT (conversation_id, input_sha256) DO UPDATE SET original_text = excluded.original_text",
                 (conversation_id, input_digest(sent_text), original_text),
             )
         )
@@ -241,12 +242,13 @@ class Conversations:
         """In one transaction: keep the messages history shows now that are newer than the newest kept
         so far, and make the kept text turns those Hermes lists now (`turns`, oldest first)."""
 
-        def q(conn: sqlite3.Connection) -> None:
+        def q(conn: Connection) -> None:
             newest = conn.execute(
                 "SELECT COALESCE(MAX(hermes_id), 0) FROM history_log WHERE conversation_id = ?", (conversation_id,)
             ).fetchone()[0]
             conn.executemany(
-                "INSERT OR IGNORE INTO history_log (conversation_id, hermes_id, role, text, ts) VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO history_log (conversation_id, hermes_id, role, text, ts) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT DO NOTHING",
                 [(conversation_id, m.number, m.role, m.text, m.ts) for m in shown if m.number > newest],
             )
             kept = set(_kept_turns(conn, conversation_id))

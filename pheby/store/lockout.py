@@ -8,7 +8,6 @@ addresses they come from), and its password hash runs in a limiter of its own (`
 import asyncio
 import hashlib
 import math
-import sqlite3
 import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import AsyncIterator, Callable
@@ -19,7 +18,7 @@ import anyio
 import anyio.to_thread
 
 from pheby import metrics
-from pheby.db import Database
+from pheby.db import Connection, Database
 from pheby.errors import RateLimited
 
 T = TypeVar("T")
@@ -60,7 +59,7 @@ class FailureLimiter:
         """True once the subject has `limit` failures inside the window."""
         since = self._clock() - self.window
 
-        def q(conn: sqlite3.Connection) -> int:
+        def q(conn: Connection) -> int:
             row = conn.execute(
                 "SELECT COUNT(*) FROM auth_failures WHERE scope = ? AND subject = ? AND at > ?",
                 (self.scope, subject, since),
@@ -73,7 +72,7 @@ class FailureLimiter:
         """Whole seconds until the subject is no longer locked out; None when it isn't."""
         now = self._clock()
 
-        def q(conn: sqlite3.Connection) -> float | None:
+        def q(conn: Connection) -> float | None:
             # The limit-th newest failure in the window: once it leaves the window, the lock is off.
             row = conn.execute(
                 "SELECT at FROM auth_failures WHERE scope = ? AND subject = ? AND at > ? "
@@ -88,7 +87,7 @@ class FailureLimiter:
     async def record_failure(self, subject: str) -> None:
         now = self._clock()
 
-        def q(conn: sqlite3.Connection) -> None:
+        def q(conn: Connection) -> None:
             # Old rows are pruned on write so the table stays the size of one window.
             conn.execute("DELETE FROM auth_failures WHERE scope = ? AND at <= ?", (self.scope, now - self.window))
             conn.execute("INSERT INTO auth_failures (scope, subject, at) VALUES (?, ?, ?)", (self.scope, subject, now))

@@ -5,13 +5,12 @@ browser's URL and cookie), taken at most once (deleted as it is read) and only b
 """
 
 import hashlib
-import sqlite3
 import time
 from collections.abc import Callable
 
 import msgspec
 
-from pheby.db import Database
+from pheby.db import Connection, Database
 
 
 class PendingLogin(msgspec.Struct, frozen=True):
@@ -35,7 +34,7 @@ class OidcStore:
         may begin one, so their number is bounded. Expired ones are swept as new ones begin."""
         now = self._clock()
 
-        def q(conn: sqlite3.Connection) -> bool:
+        def q(conn: Connection) -> bool:
             conn.execute("DELETE FROM oidc_pending_logins WHERE expires_at <= ?", (now,))
             if conn.execute("SELECT COUNT(*) FROM oidc_pending_logins").fetchone()[0] >= limit:
                 return False
@@ -82,7 +81,7 @@ class OidcStore:
             else insert + "ON CONFLICT (issuer, subject) DO NOTHING"
         )
 
-        def q(conn: sqlite3.Connection) -> str:
+        def q(conn: Connection) -> str:
             conn.execute(keep_or_replace, (issuer, subject, account_id, now))
             row = conn.execute(
                 "SELECT account_id FROM oidc_identities WHERE issuer = ? AND subject = ?", (issuer, subject)

@@ -4,7 +4,6 @@ A passkey row is what a registration proved (credential id, COSE public key, sig
 row is one handed out by an options route, taken (deleted) by the one verification that uses it.
 """
 
-import sqlite3
 import time
 import uuid
 from collections.abc import Callable
@@ -12,7 +11,7 @@ from typing import Literal
 
 import msgspec
 
-from pheby.db import Database
+from pheby.db import Connection, Database, Row
 
 ChallengePurpose = Literal["register", "sign_in"]
 CHALLENGE_TTL_SECONDS = 300.0
@@ -40,7 +39,7 @@ class TakenChallenge(msgspec.Struct, frozen=True):
     token_id: str | None
 
 
-def _row_to_passkey(row: sqlite3.Row) -> Passkey:
+def _row_to_passkey(row: Row) -> Passkey:
     return Passkey(
         id=row["id"],
         account_id=row["account_id"],
@@ -75,7 +74,7 @@ class PasskeyStore:
         passkey_id, now = uuid.uuid4().hex, self._clock()
         encoded_transports = msgspec.json.encode(list(transports)).decode()
 
-        def q(conn: sqlite3.Connection) -> bool:
+        def q(conn: Connection) -> bool:
             inserted = conn.execute(
                 "INSERT INTO passkeys (id, account_id, credential_id, public_key, sign_count, transports, name, "
                 "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (credential_id) DO NOTHING",
@@ -162,7 +161,7 @@ class ChallengeStore:
         registration: the account's)."""
         now = self._clock()
 
-        def q(conn: sqlite3.Connection) -> bool:
+        def q(conn: Connection) -> bool:
             conn.execute("DELETE FROM webauthn_challenges WHERE expires_at <= ?", (now,))
             if purpose == "sign_in":
                 (open_count,) = conn.execute(

@@ -8,13 +8,12 @@ tested at chosen times.
 """
 
 import hashlib
-import sqlite3
 import time
 from collections.abc import Callable, Sequence
 
 import msgspec
 
-from pheby.db import Database
+from pheby.db import Connection, Database
 from pheby.store.lockout import AttemptLimits, FailureLimiter
 
 
@@ -54,7 +53,7 @@ class SecondFactors:
         """Keep `secret` as the account's pending one (replacing an unconfirmed one); False when one is on."""
         now = self.clock()
 
-        def q(conn: sqlite3.Connection) -> bool:
+        def q(conn: Connection) -> bool:
             cursor = conn.execute(
                 "INSERT INTO totp_secrets (account_id, secret, created_at) VALUES (?, ?, ?) "
                 "ON CONFLICT (account_id) DO UPDATE SET secret = excluded.secret, created_at = excluded.created_at, "
@@ -72,7 +71,7 @@ class SecondFactors:
         """
         now = self.clock()
 
-        def q(conn: sqlite3.Connection) -> bool:
+        def q(conn: Connection) -> bool:
             cursor = conn.execute(
                 "UPDATE totp_secrets SET enabled_at = ?, last_step = ? "
                 "WHERE account_id = ? AND secret = ? AND enabled_at IS NULL",
@@ -92,7 +91,7 @@ class SecondFactors:
     async def disable(self, account_id: str) -> None:
         """Forget the secret, the recovery codes and the open tickets."""
 
-        def q(conn: sqlite3.Connection) -> None:
+        def q(conn: Connection) -> None:
             conn.execute("DELETE FROM totp_secrets WHERE account_id = ?", (account_id,))
             conn.execute("DELETE FROM totp_recovery_codes WHERE account_id = ?", (account_id,))
             conn.execute("DELETE FROM totp_tickets WHERE account_id = ?", (account_id,))
@@ -136,7 +135,7 @@ class SecondFactors:
         now = self.clock()
         expires_at = now + ttl_seconds
 
-        def q(conn: sqlite3.Connection) -> None:
+        def q(conn: Connection) -> None:
             # Expired tickets are pruned on write so the table holds only live ones.
             conn.execute("DELETE FROM totp_tickets WHERE expires_at <= ?", (now,))
             conn.execute(

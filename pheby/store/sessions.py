@@ -5,13 +5,12 @@ listed while live (not revoked, not expired). Ending one revokes it; the caller 
 (`Revocations.close_token`).
 """
 
-import sqlite3
 import time
 from collections.abc import Callable
 
 import msgspec
 
-from pheby.db import Database
+from pheby.db import Connection, Database
 
 
 class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -73,7 +72,7 @@ class Sessions:
         return await self._db.transaction(lambda conn: end_sessions_but(conn, account_id, keep_id, now))
 
 
-def end_sessions_but(conn: sqlite3.Connection, account_id: str, keep_id: str | None, now: float) -> list[str]:
+def end_sessions_but(conn: Connection, account_id: str, keep_id: str | None, now: float) -> list[str]:
     """Revoke every live session of the account but `keep_id`, inside the caller's transaction (a password
     change ends them with the new hash); the ids ended."""
     rows = conn.execute(

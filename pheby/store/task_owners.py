@@ -1,10 +1,9 @@
 """Who owns a Hermes job, and since when the job poller has watched each Hermes."""
 
-import sqlite3
 import time
 from collections.abc import Callable
 
-from pheby.db import Database
+from pheby.db import Connection, Database
 
 
 class TaskOwners:
@@ -16,7 +15,9 @@ class TaskOwners:
         now = self._clock()
         await self._db.run(
             lambda c: c.execute(
-                "INSERT OR REPLACE INTO task_owners (hermes_url, job_id, account_id, created_at) VALUES (?, ?, ?, ?)",
+                "INSERT INTO task_owners (hermes_url, job_id, account_id, created_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (hermes_url, job_id) DO UPDATE "
+                "SET account_id = excluded.account_id, created_at = excluded.created_at",
                 (hermes_url, job_id, account_id, now),
             )
         )
@@ -46,8 +47,10 @@ class TaskOwners:
         """When this Hermes was first polled (set now on the first call)."""
         now = self._clock()
 
-        def q(conn: sqlite3.Connection) -> float:
-            conn.execute("INSERT OR IGNORE INTO cron_baselines (hermes_url, since) VALUES (?, ?)", (hermes_url, now))
+        def q(conn: Connection) -> float:
+            conn.execute(
+                "INSERT INTO cron_baselines (hermes_url, since) VALUES (?, ?) ON CONFLICT DO NOTHING", (hermes_url, now)
+            )
             return float(
                 conn.execute("SELECT since FROM cron_baselines WHERE hermes_url = ?", (hermes_url,)).fetchone()[0]
             )

@@ -1,4 +1,4 @@
-"""The SQLite metadata database: one connection on one dedicated thread.
+"""The SQLite engine: one connection on one dedicated thread.
 
 Every query runs on that thread (`await db.run(fn)`), so the event loop never blocks on
 SQLite and no two statements interleave; `transaction` wraps a function in BEGIN IMMEDIATE.
@@ -8,36 +8,49 @@ recorded in `schema_migrations`. A database a newer server migrated further than
 """
 
 import asyncio
-import functools
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from importlib import resources
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
+
+from pheby.db.interface import Connection, Cursor, Database, DatabaseError, IntegrityError, SchemaTooNew
+from pheby.db.migrations import migration_scripts, newest_version
 
 T = TypeVar("T")
 
 
-class SchemaTooNew(Exception):
-    """The database holds migrations newer than this code's: a newer server wrote it. Nothing was changed."""
+class SqliteConnection(Connection):
+    """The stores' view of the sqlite3 connection: its own errors become the engine-neutral ones."""
 
-    def __init__(self, found: int, known: int) -> None:
-        self.found = found
-        self.known = known
-        super().__init__(
-            f"the data dir's schema is version {found}; this server knows up to {known}: "
-            "upgrade the server (or restore a backup made for this version)"
-        )
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: sqlite3.Connection) -> None:
+        self.raw = raw
+
+    def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> Cursor:
+        try:
+            return self.raw.execute(sql, parameters)
+        except sqlite3.IntegrityError as e:
+            raise IntegrityError(str(e)) from e
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]], /) -> Cursor:
+        try:
+            return self.raw.executemany(sql, rows)
+        except sqlite3.IntegrityError as e:
+            raise IntegrityError(str(e)) from e
 
 
-class Database:
+class SqliteDatabase(Database):
     """Async facade over one sqlite3 connection owned by a single worker thread."""
+
+    engine = "sqlite"
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite")
         self._conn: sqlite3.Connection | None = None
+        self._facade: SqliteConnection | None = None
 
     async def open(self) -> None:
         """Open the connection (WAL, foreign keys on) and apply pending migrations.
@@ -59,20 +72,21 @@ class Database:
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA busy_timeout=5000")
         self._conn = conn
+        self._facade = SqliteConnection(conn)
         apply_migrations(conn)
 
     async def close(self) -> None:
         """Close the connection and stop the worker thread."""
         if self._conn is not None:
             await self._submit(self._conn.close)
-            self._conn = None
+            self._conn = self._facade = None
         self._executor.shutdown(wait=True)
 
-    async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def run(self, fn: Callable[[Connection], T]) -> T:
         """Run `fn(conn)` on the database thread (autocommit: one statement, one transaction)."""
         return await self._submit(lambda: fn(self._connection()))
 
-    async def transaction(self, fn: Callable[[sqlite3.Connection], T], *, durable: bool = False) -> T:
+    async def transaction(self, fn: Callable[[Connection], T], *, durable: bool = False) -> T:
         """Run `fn(conn)` inside BEGIN IMMEDIATE … COMMIT, rolled back if it raises.
 
         `durable`: the commit is on disk when this returns. With WAL and synchronous=NORMAL (the
@@ -81,13 +95,14 @@ class Database:
         """
 
         def wrapped() -> T:
-            conn = self._connection()
+            facade = self._connection()
+            conn = facade.raw
             if durable:
                 conn.execute("PRAGMA synchronous=FULL")
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
-                    result = fn(conn)
+                    result = fn(facade)
                 except BaseException:
                     conn.execute("ROLLBACK")
                     raise
@@ -99,13 +114,20 @@ class Database:
 
         return await self._submit(wrapped)
 
-    def _connection(self) -> sqlite3.Connection:
-        if self._conn is None:
+    async def change_marker(self) -> int | None:
+        """`PRAGMA data_version`: it moves when another connection (a `pheby account` command) commits."""
+        return await self._submit(lambda: int(self._connection().raw.execute("PRAGMA data_version").fetchone()[0]))
+
+    def _connection(self) -> SqliteConnection:
+        if self._facade is None:
             raise RuntimeError("database is not open")
-        return self._conn
+        return self._facade
 
     async def _submit(self, fn: Callable[[], T]) -> T:
-        return await asyncio.wrap_future(self._executor.submit(fn))
+        try:
+            return await asyncio.wrap_future(self._executor.submit(fn))
+        except sqlite3.Error as e:
+            raise DatabaseError(str(e)) from e
 
 
 def check_schema_version(path: Path) -> None:
@@ -131,11 +153,6 @@ def schema_version(conn: sqlite3.Connection) -> int:
     return int(version)
 
 
-def newest_version() -> int:
-    """The newest migration this code has."""
-    return migration_scripts()[-1][0]
-
-
 def refuse_newer(conn: sqlite3.Connection) -> None:
     """Raise `SchemaTooNew` when the database records a migration this code doesn't have."""
     found, known = schema_version(conn), newest_version()
@@ -150,7 +167,7 @@ def apply_migrations(conn: sqlite3.Connection, up_to: int | None = None) -> list
     conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at REAL)")
     done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
     applied: list[int] = []
-    for version, sql in migration_scripts():
+    for version, sql in migration_scripts("sqlite"):
         if version in done or (up_to is not None and version > up_to):
             continue
         # executescript commits first, so the whole script and its record go in one explicit transaction.
@@ -168,13 +185,8 @@ def apply_migrations(conn: sqlite3.Connection, up_to: int | None = None) -> list
     return applied
 
 
-@functools.cache
-def migration_scripts() -> tuple[tuple[int, str], ...]:
-    """This code's migrations, (version, SQL) in order (read once: they ship with the code)."""
-    folder = resources.files("pheby") / "migrations"
-    scripts: list[tuple[int, str]] = []
-    for entry in folder.iterdir():
-        name = entry.name
-        if name.endswith(".sql") and name[:4].isdigit():
-            scripts.append((int(name[:4]), entry.read_text(encoding="utf-8")))
-    return tuple(sorted(scripts))
+def raw_sqlite(conn: Connection) -> sqlite3.Connection:
+    """The sqlite3 connection under `conn`, for what only SQLite has (FTS5, the backup API, tracing)."""
+    if not isinstance(conn, SqliteConnection):
+        raise TypeError("not a SQLite connection")
+    return conn.raw

@@ -1,0 +1,95 @@
+"""What the stores see of a database, whichever engine holds it.
+
+A store hands `Database.run` or `Database.transaction` a plain function of a `Connection`; the
+function's SQL is the same on every engine (qmark parameters, `ON CONFLICT`, `RETURNING`), and the
+engine's module converts what differs. Rows are read by position or by column name.
+"""
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Protocol, TypeVar
+
+T = TypeVar("T")
+
+
+class Row(Protocol):
+    """A result row: `row[0]` or `row["column"]`."""
+
+    def __getitem__(self, key: int | str, /) -> Any: ...
+
+    def keys(self) -> list[str]: ...
+
+    def __len__(self) -> int: ...
+
+
+class Cursor(Protocol):
+    """What a statement returns: its rows and how many rows it changed."""
+
+    @property
+    def rowcount(self) -> int: ...
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+
+class Connection(ABC):
+    """One engine connection, as a store's function uses it (never shared between threads)."""
+
+    @abstractmethod
+    def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> Cursor:
+        """Run one statement; `?` marks each parameter."""
+
+    @abstractmethod
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]], /) -> Cursor:
+        """Run one statement once for each row of parameters."""
+
+
+class DatabaseError(Exception):
+    """The engine failed a statement (any engine's own error, raised from it)."""
+
+
+class IntegrityError(DatabaseError):
+    """A constraint refused the write (a duplicate key, a missing row a foreign key needs)."""
+
+
+class SchemaTooNew(Exception):
+    """The database holds migrations newer than this code's: a newer server wrote it. Nothing was changed."""
+
+    def __init__(self, found: int, known: int, *, holder: str = "the data dir") -> None:
+        self.found = found
+        self.known = known
+        super().__init__(
+            f"{holder}'s schema is version {found}; this server knows up to {known}: "
+            "upgrade the server (or restore a backup made for this version)"
+        )
+
+
+class Database(ABC):
+    """An engine's connections, used from the event loop: every function runs on a worker thread."""
+
+    engine: str  # "sqlite" or "postgresql"
+
+    @abstractmethod
+    async def open(self) -> None:
+        """Connect and apply pending migrations. Raises `SchemaTooNew`, having changed nothing, for a
+        database a newer server migrated further."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Close every connection and stop the worker threads."""
+
+    @abstractmethod
+    async def run(self, fn: Callable[[Connection], T]) -> T:
+        """Run `fn(conn)` with each statement its own transaction."""
+
+    @abstractmethod
+    async def transaction(self, fn: Callable[[Connection], T], *, durable: bool = False) -> T:
+        """Run `fn(conn)` as one transaction that no other writer interleaves with, rolled back if it
+        raises; `durable`: on disk when this returns, even if the machine goes down."""
+
+    @abstractmethod
+    async def change_marker(self) -> int | None:
+        """A number that moves when another process commits (None: this engine can't tell, assume it did)."""
