@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: run test checks lint typecheck unit clean vendor browser hermes-venvs
+.PHONY: run test checks lint typecheck unit clean vendor browser services hermes-venvs
 
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,11 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || test -x /usr/bin/chromium || \
 		{ apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; }
 
+# The engine tests start PostgreSQL 15 and Redis servers of their own (throwaway, on loopback); install Debian's
+# where they are missing (as root), leaving the packages' own services stopped.
+services:
+	@sh scripts/install-services.sh
+
 # The real gateways' virtualenvs (hermes-agent 0.19.0 and the 0.22-era fork) are built while lint and mypy
 # run, so no test waits for pip.
 hermes-venvs: $(STAMP)
@@ -36,7 +41,7 @@ checks: lint typecheck hermes-venvs
 # Each real gateway, each browser module and the OpenAPI fuzzing run in pytest worker groups of their own,
 # so they overlap each other and the rest; four workers, as most tests wait on servers rather than compute.
 # The 15 slowest tests are listed at the end, so growth shows.
-test: browser
+test: browser services
 	$(MAKE) --no-print-directory -j 3 checks
 	$(VENV)/bin/pytest -n 4 --dist loadgroup --durations=15
 

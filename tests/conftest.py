@@ -25,6 +25,8 @@ pytest_plugins: list[str] = [
     "tests.demo_hermes_process",
     "tests.live_server",
     "tests.s3_server",
+    "tests.postgres_server",
+    "tests.redis_server",
     "tests.browser",
     "tests.tcp_proxy",
     "tests.push_service",
