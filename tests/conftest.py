@@ -3,7 +3,7 @@
 import functools
 import os
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,20 +59,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def no_dns(monkeypatch: pytest.MonkeyPatch) -> None:
     """Servers run in the test process resolve push endpoints with `LoopbackResolver`."""
     monkeypatch.setattr(SystemResolver, "resolve", LoopbackResolver.resolve)
-
-
-@pytest.fixture
-def postgres_url() -> Iterator[str]:  # TEMPORARY: the harness helper provides the real one
-    import uuid
-
-    import psycopg
-
-    name = f"t_{uuid.uuid4().hex}"
-    with psycopg.connect("postgresql://pheby@127.0.0.1:55432/postgres", autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    yield f"postgresql://pheby@127.0.0.1:55432/{name}"
-    with psycopg.connect("postgresql://pheby@127.0.0.1:55432/postgres", autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
 
 @pytest.fixture

@@ -291,7 +291,8 @@ class Accounts:
 
         def q(conn: Connection) -> tuple[str, ...]:
             replaced = conn.execute(
-                "UPDATE accounts SET password_hash = ? WHERE id = ? AND password_hash IS ?", (new, account_id, old)
+                "UPDATE accounts SET password_hash = ? WHERE id = ? AND password_hash IS NOT DISTINCT FROM ?",
+                (new, account_id, old),
             ).rowcount
             if not replaced:
                 raise Conflict("The password was changed meanwhile; try again")

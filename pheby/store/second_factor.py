@@ -57,7 +57,7 @@ class SecondFactors:
             cursor = conn.execute(
                 "INSERT INTO totp_secrets (account_id, secret, created_at) VALUES (?, ?, ?) "
                 "ON CONFLICT (account_id) DO UPDATE SET secret = excluded.secret, created_at = excluded.created_at, "
-                "last_step = NULL WHERE enabled_at IS NULL",
+                "last_step = NULL WHERE totp_secrets.enabled_at IS NULL",
                 (account_id, secret, now),
             )
             return cursor.rowcount == 1

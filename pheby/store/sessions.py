@@ -76,7 +76,8 @@ def end_sessions_but(conn: Connection, account_id: str, keep_id: str | None, now
     """Revoke every live session of the account but `keep_id`, inside the caller's transaction (a password
     change ends them with the new hash); the ids ended."""
     rows = conn.execute(
-        "UPDATE auth_tokens SET revoked_at = ? WHERE account_id = ? AND id IS NOT ? AND kind = 'session' "
+        "UPDATE auth_tokens SET revoked_at = ? WHERE account_id = ? AND id IS DISTINCT FROM ? "
+        "AND kind = 'session' "
         "AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?) RETURNING id",
         (now, account_id, keep_id, now),
     ).fetchall()
