@@ -134,6 +134,11 @@ class RestoreResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
 
 async def backup(settings: Settings, dest: Path) -> BackupResult:
     """Back up `settings.data_dir` into `dest` (an empty or missing directory); see the module docstring."""
+    if settings.database_url:
+        raise BackupRefused(
+            "the metadata is in PostgreSQL (PHEBY_DATABASE_URL): back it up with pg_dump or the provider's "
+            "snapshots, and the blobs with the storage's own copies"
+        )
     source = settings.database_path
     if not source.is_file():
         raise BackupRefused(f"no database at {source}: nothing to back up (is PHEBY_DATA_DIR right?)")

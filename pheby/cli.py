@@ -199,7 +199,9 @@ def main(argv: Sequence[str] | None = None, app_factory: AppFactory | None = Non
 def check_schema_of(data_dir: Path | None) -> None:
     """Raise `SchemaTooNew` if a newer server migrated the data dir's database (`PHEBY_DATA_DIR` unless
     `data_dir`). Writes nothing: it runs before `load_settings`, which may write a generated secret there."""
-    check_schema_version(load_settings(data_dir=data_dir, secret=_NO_SECRET).database_path)
+    settings = load_settings(data_dir=data_dir, secret=_NO_SECRET)
+    if not settings.database_url:  # PostgreSQL's own migration step refuses a newer schema, changing nothing
+        check_schema_version(settings.database_path)
 
 
 def _serve(args: argparse.Namespace, data_dir: Path | None, app_factory: AppFactory) -> int:

@@ -22,7 +22,7 @@ from tests.app_client import BASE
 from tests.passwords import PASSWORD
 from tests.test_auth import add_account
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.both_engines]
 ARTIFACT_KEYS = {"id", "title", "kind", "revision", "content", "created_at", "updated_at"}
 HEX32 = re.compile(r"^[0-9a-f]{32}$")
 Client = AsyncTestClient[Litestar]

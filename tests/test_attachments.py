@@ -4,7 +4,6 @@ The API tests run twice: on local disk and on S3 (moto in-process).
 """
 
 import asyncio
-import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -25,11 +24,12 @@ from pheby.settings import Settings
 from pheby.store.quotas import UploadQuota
 from storage import StorageError
 from tests.conftest import TEST_SECRET, StartUpSweep
+from tests.database import query
 from tests.files import PNG_1PX, corrupted_pdf, encrypted_pdf, text_pdf
 from tests.live_server import LiveServer
 from tests.ws_client import PhebyClient
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.both_engines]
 MiB = 1024 * 1024
 BUCKET = "pheby-test-attachments"
 PHEBY_KEYS = {
@@ -561,11 +561,7 @@ async def test_pheby_uploads_count_against_the_accounts_quota_while_streaming(
         assert (await refused_before_the_body_ends()).startswith(b"HTTP/1.1 413")
         assert await upload(400) == 201  # exactly what is left
         assert await upload(1) == 413
-    conn = sqlite3.connect(server.settings.database_path)
-    try:
-        assert conn.execute("SELECT COUNT(*), SUM(size) FROM attachments").fetchone() == (2, 1000)
-    finally:
-        conn.close()
+    assert query(server.settings, "SELECT COUNT(*), SUM(size) FROM attachments") == [(2, 1000)]
 
 
 async def test_agent_copies_are_per_account_and_removed_at_expiry(client: AsyncTestClient[Any]) -> None:
@@ -585,8 +581,12 @@ async def test_agent_copies_are_per_account_and_removed_at_expiry(client: AsyncT
 
 
 async def test_an_upload_row_is_committed_durably(client: AsyncTestClient[Any]) -> None:
-    """The 201 comes after a commit with synchronous=FULL (WAL fsynced), not the connection's NORMAL."""
+    """The 201 comes after a commit with synchronous=FULL (WAL fsynced), not the connection's NORMAL; on
+    PostgreSQL every commit waits for its WAL flush (synchronous_commit on)."""
     services = services_of(client)
+    if services.db.engine == "postgresql":
+        assert await services.db.run(lambda c: c.execute("SHOW synchronous_commit").fetchone()[0]) == "on"
+        return
     statements: list[str] = []
     await services.db.run(lambda c: raw_sqlite(c).set_trace_callback(statements.append))
     try:

@@ -22,7 +22,7 @@ from tests.conftest import TEST_SECRET
 from tests.live_server import LiveServer
 from tests.passwords import PASSWORD, fast_accounts
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.both_engines]
 
 
 async def add_account(settings: Settings, name: str, password: str | None = PASSWORD) -> tuple[str, str]:

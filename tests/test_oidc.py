@@ -8,7 +8,6 @@ given to `validate_id_token`, the function the callback uses.
 
 import json
 import logging
-import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -38,6 +37,7 @@ from pheby.signin.oidc import (
 from pheby.store.accounts import Accounts
 from pheby.store.oidc import OidcStore
 from tests.app_client import Api
+from tests.database import query
 from tests.live_server import LiveServer
 from tests.oidc_provider import authorize, discovery_document, running_provider, serving_json, set_user
 from tests.test_auth import add_account
@@ -168,12 +168,7 @@ async def test_the_code_flow_signs_in_a_linked_account(
         assert answer.status_code == 200, answer.text
         assert answer.json()["name"] == "alice"
 
-    rows = (
-        sqlite3.connect(server.settings.database_path)
-        .execute("SELECT method FROM auth_tokens WHERE kind = 'session'")
-        .fetchall()
-    )
-    assert rows == [("oidc",)]
+    assert query(server.settings, "SELECT method FROM auth_tokens WHERE kind = 'session'") == [("oidc",)]
 
 
 async def test_an_unlinked_subject_or_a_disabled_account_is_refused(
@@ -237,7 +232,7 @@ async def test_create_accounts_makes_one_and_a_second_sign_in_reuses_it(
     async with web_client(server) as web:
         assert (await sign_in(web, "impostor")).headers["location"] == "/"
         assert (await me(web)).json()["name"] == "owner-2"
-    names = [row[0] for row in sqlite3.connect(server.settings.database_path).execute("SELECT name FROM accounts")]
+    names = [row[0] for row in query(server.settings, "SELECT name FROM accounts")]
     assert sorted(names) == ["danasmith", "owner", "owner-2"]
 
 

@@ -29,7 +29,7 @@ from tests.live_server import LiveServer
 from tests.passwords import PASSWORD
 from tests.test_auth import add_account
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.both_engines]
 OWNER = {"Authorization": f"Bearer {TEST_SECRET}"}
 # A well-formed registration that answers no challenge: the rules before verification are what is tested.
 FAKE_REGISTRATION: dict[str, Any] = {

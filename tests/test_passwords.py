@@ -9,7 +9,6 @@ import asyncio
 import io
 import json
 import os
-import sqlite3
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -29,6 +28,7 @@ from pheby.store.password_hashing import MAX_MEMORY_BYTES, SCRYPT_COST, ScryptCo
 from pheby.store.password_policy import MIN_CHARS, refusal
 from tests.app_client import BASE
 from tests.conftest import TEST_SECRET
+from tests.database import query
 from tests.live_server import LiveServer
 from tests.passwords import OTHER_PASSWORD, PASSWORD, fast_accounts
 from tests.test_auth import add_account, login
@@ -41,8 +41,7 @@ OLD_COST = ScryptCost(n=2**14, r=8, p=1)  # what the server hashed with before A
 
 
 def stored_hash(settings: Settings, name: str) -> str | None:
-    with sqlite3.connect(settings.database_path) as conn:
-        row = conn.execute("SELECT password_hash FROM accounts WHERE name = ?", (name,)).fetchone()
+    [row] = query(settings, "SELECT password_hash FROM accounts WHERE name = ?", (name,))
     value: str | None = row[0]
     return value
 

@@ -17,7 +17,7 @@ from tests.live_server import LiveServer
 from tests.test_media_isolation import add_account
 from tests.ws_client import PhebyClient
 
-pytestmark = [pytest.mark.anyio, pytest.mark.live]
+pytestmark = [pytest.mark.anyio, pytest.mark.live, pytest.mark.both_engines]
 ALLOWED = "127.0.0.1"
 
 

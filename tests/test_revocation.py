@@ -25,7 +25,7 @@ from tests.passwords import PASSWORD, fast_accounts
 from tests.polling import until
 from tests.ws_client import PhebyClient
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.both_engines]
 CLOSE_POLICY_VIOLATION = 1008
 
 
@@ -52,6 +52,8 @@ async def login(server: LiveServer, name: str) -> str:
 async def pheby_cli(server: LiveServer, *args: str) -> Any:
     """Run `pheby --data-dir <the live server's> account ...` as another process; its JSON output."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PHEBY_", "HERMES_"))}
+    if server.settings.database_url:
+        env["PHEBY_DATABASE_URL"] = server.settings.database_url
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",

@@ -18,7 +18,7 @@ from tests.conftest import TEST_SECRET
 from tests.passwords import PASSWORD
 from tests.test_auth import add_account
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.both_engines]
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ Codes are made with pyotp from the key the setup answered, at the time of an inj
 """
 
 import asyncio
-import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable
 
@@ -20,9 +19,11 @@ from pheby.services import Services
 from pheby.settings import Settings
 from tests.app_client import BASE
 from tests.conftest import TEST_SECRET
+from tests.database import dump as database_dump
+from tests.database import query
 from tests.test_auth import add_account, login
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.both_engines]
 STEP = 30
 
 
@@ -103,8 +104,7 @@ def wrong(code: str) -> str:
 
 
 def session_methods(settings: Settings) -> list[str]:
-    with sqlite3.connect(settings.database_path) as conn:
-        rows = conn.execute("SELECT method FROM auth_tokens WHERE kind = 'session' ORDER BY created_at").fetchall()
+    rows = query(settings, "SELECT method FROM auth_tokens WHERE kind = 'session' ORDER BY created_at")
     return [row[0] for row in rows]
 
 
@@ -198,7 +198,7 @@ async def test_the_database_holds_no_ticket_or_recovery_code_in_clear(
     client: AsyncTestClient[Litestar], alice: Alice, settings: Settings
 ) -> None:
     ticket = await ticket_of(client)
-    dump = "\n".join(sqlite3.connect(settings.database_path).iterdump())
+    dump = database_dump(settings)
     assert ticket not in dump
     for code in alice.recovery_codes:
         assert code not in dump

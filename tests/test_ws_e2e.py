@@ -10,7 +10,6 @@ import functools
 import itertools
 import json
 import re
-import sqlite3
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -25,11 +24,12 @@ from pheby.errors import NotFound
 from pheby.server import WS_MAX_SIZE
 from pheby.settings import Settings
 from pheby.store.accounts import Accounts, HermesAccountSettings
+from tests.database import query
 from tests.live_server import LiveServer, hermes_settings
 from tests.polling import until
 from tests.ws_client import Frame, PhebyClient
 
-pytestmark = [pytest.mark.anyio, pytest.mark.live]
+pytestmark = [pytest.mark.anyio, pytest.mark.live, pytest.mark.both_engines]
 MiB = 1024 * 1024
 ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?\+00:00$")
 
@@ -1015,9 +1015,8 @@ async def test_history_snapshots_agree_with_the_live_events(connect: Callable[..
 
 def log_in_sync(live_server: LiveServer, conversation_id: str) -> bool:
     """Whether the server's log of the conversation is known to match Hermes (its after-turn work is done)."""
-    with contextlib.closing(sqlite3.connect(live_server.settings.data_dir / "pheby.sqlite3")) as conn:
-        row = conn.execute("SELECT state FROM history_sync WHERE conversation_id = ?", (conversation_id,)).fetchone()
-    return row is not None and row[0] is not None
+    rows = query(live_server.settings, "SELECT state FROM history_sync WHERE conversation_id = ?", (conversation_id,))
+    return bool(rows) and rows[0][0] is not None
 
 
 class ReadGate:
