@@ -100,8 +100,9 @@ class _Runner:
 
 
 @pytest.fixture
-def start_live_server() -> Iterator[Callable[[Settings], LiveServer]]:
-    """Start servers on demand (several per test if needed); all are stopped at the end."""
+def start_live_server(database_url: str) -> Iterator[Callable[[Settings], LiveServer]]:
+    """Start servers on demand (several per test if needed); all are stopped at the end, before the test's
+    database (`database_url`, set up first so it is torn down last) is dropped."""
     runners: list[_Runner] = []
 
     def start(settings: Settings) -> LiveServer:
