@@ -20,6 +20,7 @@ from pheby.hermes.tasks import Tasks
 from pheby.plugin.conversation_settings import ConversationSettings
 from pheby.plugin.link import PluginLink
 from pheby.plugin.pushes import PluginEvents
+from pheby.process_lease import ServerLease
 from pheby.protocol.coalesce import CoalescingHub
 from pheby.push.service import Push
 from pheby.revocation import Revocations
@@ -190,6 +191,10 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
         db = settings.open_database()
         await db.open()
         stack.push_async_callback(db.close)
+        if db.engine == "postgresql":
+            lease = ServerLease(db)
+            await lease.take()  # LeaseHeld: another process serves this database
+            stack.push_async_callback(lease.release)
         accounts = Accounts(db)
         owner = await accounts.ensure_owner()
         blobs = open_blob_store(
@@ -216,6 +221,8 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
         stack.push_async_callback(services.stop_background)
         stack.push_async_callback(services.runs.shutdown)
         services.background(asyncio.create_task(services.revocations.watch(), name="revocations"))
+        if db.engine == "postgresql":
+            services.background(asyncio.create_task(lease.hold(), name="server-lease"))
         services.background(asyncio.create_task(services.push.run(), name="push-delivery"))
         # Not awaited: a slow or absent Hermes must not hold up start-up (each read is bounded, and retried).
         services.background(asyncio.create_task(services.hermes_features.watch(), name="hermes-features"))

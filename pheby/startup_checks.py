@@ -2,6 +2,8 @@
 
 - HERMES_URL must be set: production has no demo Hermes (that is `make run` / `local_dev.py`).
 - The data dir must be writable (SQLite, the generated secret, local blobs live there).
+- With PHEBY_DATABASE_URL, PostgreSQL must be reachable (its migrations are applied then) and served by no
+  other live process (`pheby.process_lease`).
 - With PHEBY_STORAGE=s3 the bucket must be reachable (`head_bucket` through `S3Store`'s client).
 - Hermes should answer `GET /health`; if it doesn't, that is only a warning: it may come up later,
   and runs fail with `Unavailable` until it does.
@@ -16,6 +18,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from pheby.errors import DatabaseUnavailable
+from pheby.process_lease import ServerLease
 from pheby.readiness import ProbeFailed, hermes_health, storage_problem
 from pheby.settings import Settings
 from storage import S3Store
@@ -34,6 +38,8 @@ async def run_startup_checks(settings: Settings) -> list[str]:
     """Run every check in order; the warnings (possibly none). Raises `StartupRefused`."""
     check_hermes_configured(settings)
     check_data_dir(settings.data_dir)
+    if settings.database_url:
+        await check_database(settings)
     if settings.storage == "s3":
         await check_bucket(settings)
     warnings: list[str] = []
@@ -49,6 +55,23 @@ def check_hermes_configured(settings: Settings) -> None:
             "HERMES_URL is not set: point it at the Hermes gateway's API server "
             "(or use `make run` / `python local_dev.py` for the demo Hermes)"
         )
+
+
+async def check_database(settings: Settings) -> None:
+    """PostgreSQL answers, is migrated, and no other live `pheby serve` holds it."""
+    db = settings.open_database()
+    try:
+        await db.open()
+        other = await ServerLease(db).holder_elsewhere()
+    except DatabaseUnavailable:
+        raise StartupRefused(
+            "PHEBY_DATABASE_URL: PostgreSQL is not reachable (is it running? is the URL right?)"
+        ) from None
+    finally:
+        await db.close()
+    if other is not None:
+        raise StartupRefused(f"PHEBY_DATABASE_URL: {other}")
+    log.info("PostgreSQL is reachable and served by no other process")
 
 
 def check_data_dir(data_dir: Path) -> None:

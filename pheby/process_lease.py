@@ -1,0 +1,127 @@
+"""The one server process of a PostgreSQL database.
+
+The processes of one deployment don't share their live events yet: each holds its own sockets, its runs'
+readers and its hub, so a client of a second `pheby serve` on the same database would never see the
+first one's runs. Until they do, a database is served by one process, and the `process_leases` row
+`server` says which: its holder (host, pid and a random part) and an expiry the holder renews every
+`RENEW_SECONDS`. A second process is refused at start with one line naming the holder. A holder that
+stops releases the lease at once; one that died is replaced once its lease expires (`LEASE_SECONDS`), or
+at once by a process on the same host that finds its pid gone (a restart after kill -9).
+
+SQLite needs none: its database lives in one data dir that one operator starts one server on.
+"""
+
+import asyncio
+import logging
+import os
+import secrets
+import socket
+import time
+from collections.abc import Callable
+from typing import Final
+
+from pheby.db import Connection, Database
+
+log = logging.getLogger("pheby.lease")
+
+SERVER: Final = "server"
+LEASE_SECONDS: Final = 15.0
+RENEW_SECONDS: Final = 5.0
+
+
+class LeaseHeld(Exception):
+    """Another live process holds the lease; the message is one line for the operator."""
+
+
+def own_holder() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+def _gone(holder: str) -> bool:
+    """Whether `holder` names a process of this host that no longer exists."""
+    host, _, rest = holder.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, someone else's
+        return False
+    return False
+
+
+def held_elsewhere(holder: str) -> str:
+    """What an operator is told when `holder` serves the database already."""
+    host, _, rest = holder.partition(":")
+    return (
+        f"another server process (pid {rest.partition(':')[0]} on {host}) serves this database, and the processes "
+        "of one database can't share their live events yet: stop it first, or give this one a database of its own"
+    )
+
+
+class ServerLease:
+    """Take, renew and release the `server` lease of a database."""
+
+    def __init__(self, db: Database, *, clock: Callable[[], float] = time.time, holder: str | None = None) -> None:
+        self._db = db
+        self._clock = clock
+        self.holder = holder or own_holder()
+
+    async def holder_elsewhere(self) -> str | None:
+        """What the operator is told about the live holder other than this process, if there is one."""
+        row = await self._db.run(
+            lambda c: c.execute("SELECT holder, expires_at FROM process_leases WHERE name = ?", (SERVER,)).fetchone()
+        )
+        if row is None or row[0] == self.holder or row[1] <= self._clock() or _gone(row[0]):
+            return None
+        return held_elsewhere(row[0])
+
+    async def take(self) -> None:
+        """Hold the lease from now on. Raises `LeaseHeld` while another live process holds it."""
+        now = self._clock()
+
+        def q(conn: Connection) -> str | None:
+            row = conn.execute("SELECT holder, expires_at FROM process_leases WHERE name = ?", (SERVER,)).fetchone()
+            if row is not None and row[0] != self.holder and row[1] > now and not _gone(row[0]):
+                return str(row[0])
+            conn.execute(
+                "INSERT INTO process_leases (name, holder, expires_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at",
+                (SERVER, self.holder, now + LEASE_SECONDS),
+            )
+            return None
+
+        other = await self._db.transaction(q)
+        if other is not None:
+            raise LeaseHeld(held_elsewhere(other))
+
+    async def renew(self) -> bool:
+        """Move the expiry on; False if the lease is no longer this process's (it was paused past the expiry
+        and another process took it)."""
+        expires_at = self._clock() + LEASE_SECONDS
+        changed = await self._db.run(
+            lambda c: (
+                c.execute(
+                    "UPDATE process_leases SET expires_at = ? WHERE name = ? AND holder = ?",
+                    (expires_at, SERVER, self.holder),
+                ).rowcount
+            )
+        )
+        return changed == 1
+
+    async def hold(self) -> None:
+        """Renew every `RENEW_SECONDS` until cancelled; a failed renewal is logged and tried again."""
+        while True:
+            await asyncio.sleep(RENEW_SECONDS)
+            try:
+                if not await self.renew():
+                    log.error("the server lease of this database was taken by another process")
+            except Exception as exc:  # noqa: BLE001 - the database away a moment: the next renewal again
+                log.warning("renewing the server lease failed (%s); trying again", type(exc).__name__)
+
+    async def release(self) -> None:
+        await self._db.run(
+            lambda c: c.execute("DELETE FROM process_leases WHERE name = ? AND holder = ?", (SERVER, self.holder))
+        )
