@@ -279,6 +279,7 @@ async def main_postgres(args: argparse.Namespace, url: str) -> None:
     db = open_database(url, Path("unused"))
     await db.open()
     try:
+        SearchIndex(db)  # as the server does first: each transaction then writes its rows' terms before it commits
         accounts = Accounts(db)
         large = await accounts.create("large")
         small = await accounts.create("small")
