@@ -1,6 +1,8 @@
 """Benchmark search: latency over a large account, the cost the index adds to each kept turn, its size.
 
-Run: `.venv/bin/python bench/search.py [--conversations 10000] [--messages 100] [--queries 400] [--turns 200]`
+Run: `.venv/bin/python bench/search.py [--conversations 10000] [--messages 100] [--queries 400] [--turns 200]
+[--engine sqlite|postgresql] [--database-url URL]`: on PostgreSQL, in a new database made on the server of
+`--database-url` (a user that may create databases), or on a throwaway server (`tests/postgres_server.py`).
 
 A new data dir (migrated as the server does) gets two accounts: a large one with `--conversations`
 conversations of `--messages` messages each (user and assistant in turn, generated from a seeded
@@ -19,12 +21,15 @@ Printed, from one run:
 - the time the index adds to each kept turn: the median of `Conversations.log_transcript` for a new turn
   (a question and its answer) in the loaded database, with the index's triggers and then with them
   dropped, and the difference (target ≤ 1 ms);
-- the index's size (its FTS5 tables, search_labels and search_partitions, from SQLite's dbstat) as a
-  multiple of the text it indexes (the UTF-8 bytes of the messages and names; target ≤ 1.5x).
+- the index's size (its FTS5 tables, search_labels and search_partitions, from SQLite's dbstat; on
+  PostgreSQL its tables and their indexes) as a multiple of the text it indexes (the UTF-8 bytes of the
+  messages and names; target ≤ 1.5x).
 """
 
 import argparse
 import asyncio
+import contextlib
+import functools
 import random
 import sqlite3
 import statistics
@@ -32,12 +37,13 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
-from pheby.db import Database, SqliteDatabase
+from pheby.db import Connection, Database, SqliteDatabase, open_database
 from pheby.protocol.frames import HistoryMessage
 from pheby.search.index import SearchIndex
 from pheby.store.accounts import Accounts
@@ -127,10 +133,40 @@ def fill(path: Path, account_id: str, conversations: int, messages: int, text: T
     print(f"  filled in {time.perf_counter() - started:.0f} s", flush=True)
 
 
-def queries(text: Text, count: int, path: Path) -> list[tuple[str, str]]:
-    conn = sqlite3.connect(path)
-    samples = [r[0] for r in conn.execute("SELECT text FROM history_log ORDER BY random() LIMIT ?", (count,))]
-    conn.close()
+async def fill_database(db: Database, account_id: str, conversations: int, messages: int, text: Text) -> None:
+    """`fill` through the engine's own transactions (PostgreSQL: its terms written before each commit)."""
+    started = time.perf_counter()
+    for batch in range(0, conversations, 100):
+
+        def write(conn: Connection, batch: int = batch) -> None:
+            for number in range(batch, min(batch + 100, conversations)):
+                conversation_id = uuid.UUID(int=text.rng.getrandbits(128)).hex
+                name = " ".join(text.rng.choices(text.words, k=text.rng.randint(1, 4))).capitalize()
+                conn.execute(
+                    "INSERT INTO conversations (id, account_id, name, created_at) VALUES (?, ?, ?, ?)",
+                    (conversation_id, account_id, name, 1_767_225_600 + number),
+                )
+                conn.executemany(
+                    "INSERT INTO history_log (conversation_id, hermes_id, role, text, ts) VALUES (?, ?, ?, ?, ?) "
+                    "ON CONFLICT DO NOTHING",
+                    [
+                        (conversation_id, i + 1, role, text.message(role), None)
+                        for i in range(messages)
+                        for role in ("user" if i % 2 == 0 else "assistant",)
+                    ],
+                )
+
+        await db.transaction(write)
+        if batch and batch % 1000 == 0:
+            print(f"  {batch:,} conversations written ({time.perf_counter() - started:.0f} s)", flush=True)
+    await db.run(lambda c: c.execute("ANALYZE"))
+    print(f"  filled in {time.perf_counter() - started:.0f} s", flush=True)
+
+
+async def queries(text: Text, count: int, db: Database) -> list[tuple[str, str]]:
+    samples: list[str] = await db.run(
+        lambda c: [r[0] for r in c.execute("SELECT text FROM history_log ORDER BY random() LIMIT ?", (count,))]
+    )
     made: list[tuple[str, str]] = []
     rng = text.rng
     for index in range(count):
@@ -173,6 +209,11 @@ async def search_latency(db: Database, account_id: str, made: list[tuple[str, st
     print(f"search p99 over {len(every)} queries: {p99:.2f} ms (target ≤ {TARGET_P99_MS:.0f} ms)")
 
 
+def run_all(statements: list[str], conn: Connection) -> None:
+    for sql in statements:
+        conn.execute(sql)
+
+
 async def turn_costs(
     db: Database, conversations: Conversations, conversation_id: str, turns: int, text: Text
 ) -> tuple[float, float]:
@@ -180,11 +221,17 @@ async def turn_costs(
     them, alternating turn by turn in one conversation (so both see the same, growing, conversation)."""
     shown: list[HistoryMessage] = await conversations.logged_history(conversation_id)
     number = max((m.number for m in shown), default=0)
-    triggers: list[tuple[str, str]] = await db.run(
-        lambda c: c.execute(
-            "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'search_message%'"
-        ).fetchall()
-    )
+    if db.engine == "postgresql":  # the row's number is the key: only its indexing is turned off
+        drop = ["ALTER TABLE history_log DISABLE TRIGGER search_message_logged"]
+        create = ["ALTER TABLE history_log ENABLE TRIGGER search_message_logged"]
+    else:
+        triggers: list[tuple[str, str]] = await db.run(
+            lambda c: c.execute(
+                "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'search_message%'"
+            ).fetchall()
+        )
+        drop = [f"DROP TRIGGER {name}" for name, _ in triggers]
+        create = [sql for _, sql in triggers]
     times: dict[bool, list[float]] = {True: [], False: []}
     for index in range(2 * turns):
         indexed = index % 2 == 0
@@ -195,11 +242,77 @@ async def turn_costs(
         started = time.perf_counter()
         await conversations.log_transcript(conversation_id, shown, listed)
         times[indexed].append(time.perf_counter() - started)
-        if indexed:
-            await db.run(lambda c: [c.execute(f"DROP TRIGGER {name}") for name, _ in triggers])
-        else:
-            await db.run(lambda c: [c.execute(sql) for _, sql in triggers])
+        statements = drop if indexed else create
+        await db.run(functools.partial(run_all, statements))
     return statistics.median(times[True]), statistics.median(times[False])
+
+
+async def postgres_sizes(db: Database) -> tuple[int, int]:
+    def read(conn: Connection) -> tuple[int, int]:
+        text = conn.execute("SELECT SUM(octet_length(text)) FROM history_log").fetchone()[0]
+        text += conn.execute("SELECT SUM(octet_length(name)) FROM conversations").fetchone()[0]
+        index = conn.execute(
+            "SELECT SUM(pg_total_relation_size(c.oid)) FROM pg_class c WHERE c.relkind = 'r' AND c.relname IN "
+            "('search_index', 'search_labels', 'search_partitions', 'search_totals')"
+        ).fetchone()[0]
+        return int(text), int(index)
+
+    return await db.run(read)
+
+
+@contextlib.contextmanager
+def postgres_database(url: str) -> Iterator[str]:
+    """A new database on the server of `url`, or on a throwaway server if `url` is empty; dropped after."""
+    from tests.postgres_server import PostgresServer, fresh_database
+
+    server = None if url else PostgresServer()
+    try:
+        with fresh_database(server.url if server is not None else url) as database_url:
+            yield database_url
+    finally:
+        if server is not None:
+            server.close()
+
+
+async def main_postgres(args: argparse.Namespace, url: str) -> None:
+    text = Text(random.Random(SEED))
+    db = open_database(url, Path("unused"))
+    await db.open()
+    try:
+        SearchIndex(db)  # as the server does first: each transaction then writes its rows' terms before it commits
+        accounts = Accounts(db)
+        large = await accounts.create("large")
+        small = await accounts.create("small")
+        conversations = Conversations(db)
+        small_chat = await conversations.create(small.id, "Small")
+        await conversations.log_transcript(
+            small_chat.id,
+            [HistoryMessage(message_id="m1", role="user", text="hello", ts=None)],
+            [TranscriptTurn(1, "user", "hello")],
+        )
+        total = args.conversations * args.messages
+        print(f"{args.conversations:,} conversations x {args.messages} messages = {total:,} messages", flush=True)
+        await fill_database(db, large.id, args.conversations, args.messages, text)
+        made = await queries(text, args.queries, db)
+        text_bytes, index_bytes = await postgres_sizes(db)
+        await search_latency(db, large.id, made)
+        conversation = (await conversations.list(large.id))[-1]
+        with_index, without = await turn_costs(db, conversations, conversation.id, args.turns, text)
+    finally:
+        await db.close()
+    report(with_index, without, text_bytes, index_bytes)
+
+
+def report(with_index: float, without: float, text_bytes: int, index_bytes: int) -> None:
+    added = (with_index - without) * 1000
+    print(
+        f"log_transcript of a new turn: {with_index * 1000:.3f} ms with the index, {without * 1000:.3f} ms "
+        f"without; the index adds {added:.3f} ms a turn (target ≤ {TARGET_TURN_MS:.0f} ms)"
+    )
+    print(
+        f"index {index_bytes / 2**20:.1f} MiB for {text_bytes / 2**20:.1f} MiB of text: "
+        f"{index_bytes / text_bytes:.2f}x (target ≤ {TARGET_SIZE}x)"
+    )
 
 
 def sizes(path: Path) -> tuple[int, int]:
@@ -233,27 +346,18 @@ async def main(args: argparse.Namespace) -> None:
         total = args.conversations * args.messages
         print(f"{args.conversations:,} conversations x {args.messages} messages = {total:,} messages", flush=True)
         await asyncio.to_thread(fill, path, large.id, args.conversations, args.messages, text)
-        made = queries(text, args.queries, path)
-
         text_bytes, index_bytes = sizes(path)
         db = SqliteDatabase(path)
         await db.open()
         try:
+            made = await queries(text, args.queries, db)
             await search_latency(db, large.id, made)
             conversations = Conversations(db)
             conversation = (await conversations.list(large.id))[-1]
             with_index, without = await turn_costs(db, conversations, conversation.id, args.turns, text)
         finally:
             await db.close()
-        added = (with_index - without) * 1000
-        print(
-            f"log_transcript of a new turn: {with_index * 1000:.3f} ms with the index, {without * 1000:.3f} ms "
-            f"without; the index adds {added:.3f} ms a turn (target ≤ {TARGET_TURN_MS:.0f} ms)"
-        )
-        print(
-            f"index {index_bytes / 2**20:.1f} MiB for {text_bytes / 2**20:.1f} MiB of text: "
-            f"{index_bytes / text_bytes:.2f}x (target ≤ {TARGET_SIZE}x)"
-        )
+        report(with_index, without, text_bytes, index_bytes)
 
 
 if __name__ == "__main__":
@@ -262,4 +366,11 @@ if __name__ == "__main__":
     parser.add_argument("--messages", type=int, default=100)
     parser.add_argument("--queries", type=int, default=400)
     parser.add_argument("--turns", type=int, default=200)
-    asyncio.run(main(parser.parse_args()))
+    parser.add_argument("--engine", choices=("sqlite", "postgresql"), default="sqlite")
+    parser.add_argument("--database-url", default="", help="PostgreSQL: a server to make the database on")
+    arguments = parser.parse_args()
+    if arguments.engine == "postgresql":
+        with postgres_database(arguments.database_url) as url:
+            asyncio.run(main_postgres(arguments, url))
+    else:
+        asyncio.run(main(arguments))

@@ -38,6 +38,8 @@ class Cursor(Protocol):
 class Connection(ABC):
     """One engine connection, as a store's function uses it (never shared between threads)."""
 
+    engine: str  # its database's: "sqlite" or "postgresql"
+
     @abstractmethod
     def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> Cursor:
         """Run one statement; `?` marks each parameter."""
@@ -71,6 +73,17 @@ class Database(ABC):
     """An engine's connections, used from the event loop: every function runs on a worker thread."""
 
     engine: str  # "sqlite" or "postgresql"
+    _commit_steps: tuple[Callable[[Connection], object], ...] = ()
+
+    def add_commit_step(self, step: Callable[[Connection], object]) -> None:
+        """Run `step(conn)` at the end of every `transaction`, before it commits (once, however often added):
+        what the engine's triggers can't do in the writer's transaction (`pheby.search.documents`)."""
+        if step not in self._commit_steps:
+            self._commit_steps = (*self._commit_steps, step)
+
+    def _commit(self, conn: Connection) -> None:
+        for step in self._commit_steps:
+            step(conn)
 
     @abstractmethod
     async def open(self) -> None:

@@ -111,6 +111,7 @@ class PostgresConnection(Connection):
     """The stores' view of a pooled psycopg connection."""
 
     __slots__ = ("raw",)
+    engine = "postgresql"
 
     def __init__(self, raw: psycopg.Connection[PgRow]) -> None:
         self.raw = raw
@@ -185,7 +186,10 @@ class PostgresDatabase(Database):
         def call() -> T:
             with self._pool.connection() as conn, conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
-                return fn(PostgresConnection(conn))
+                facade = PostgresConnection(conn)
+                result = fn(facade)
+                self._commit(facade)
+                return result
 
         return await self._submit(call)
 

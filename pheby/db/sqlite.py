@@ -24,6 +24,7 @@ class SqliteConnection(Connection):
     """The stores' view of the sqlite3 connection: its own errors become the engine-neutral ones."""
 
     __slots__ = ("raw",)
+    engine = "sqlite"
 
     def __init__(self, raw: sqlite3.Connection) -> None:
         self.raw = raw
@@ -103,6 +104,7 @@ class SqliteDatabase(Database):
                 conn.execute("BEGIN IMMEDIATE")
                 try:
                     result = fn(facade)
+                    self._commit(facade)
                 except BaseException:
                     conn.execute("ROLLBACK")
                     raise

@@ -1,5 +1,8 @@
 """Searching an account's part of the full-text index (`search_index`, kept by the triggers of
-pheby/migrations/0013_search_index.sql), and turning its rows into results with snippets.
+pheby/migrations/0013_search_index.sql, or of its PostgreSQL variant), and turning its rows into results
+with snippets. What differs between the engines is how rows matching a query are found and how long the
+rows are (`engine`: `sqlite_index`'s FTS5, `postgres_index`'s tsvector); the rows, their numbering
+(`pheby.search.documents`), the paging, the ranking and the results are the same on both.
 
 Ranking is BM25, over windows of the account's matching rows, newest first: a page ranks the
 newest `window` matches (all of them, unless a term is very common) and pages through them by
@@ -13,7 +16,6 @@ partition of the index is read (a rowid range), so another account's rows are ne
 """
 
 import re
-import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from typing import Final, Literal, NamedTuple
@@ -23,17 +25,19 @@ import msgspec
 from pheby.db import Connection, Database
 from pheby.errors import BadRequest
 from pheby.protocol.frames import SearchHitAttachment, SearchResult, iso_utc
+from pheby.search.documents import MESSAGE_ROWS, PARTITION_ROWS, document_texts, wanted
+from pheby.search.engine import IndexEngine
 from pheby.search.query import SearchQuery, Term, parse_query
-from pheby.search.ranking import Ranker, average_length, idf, lengths, lookup_query, lookup_term
+from pheby.search.ranking import Ranker, idf, lookup_query, lookup_term
 from pheby.search.snippets import highlights, snippet
+
+__all__ = ["CURSOR_PATTERN", "MESSAGE_ROWS", "PAGE_DEFAULT", "PAGE_MAX", "PARTITION_ROWS", "SearchIndex", "SearchPage"]
 
 PAGE_MAX: Final = 50
 PAGE_DEFAULT: Final = 20
 WINDOW: Final = 500  # index rows ranked at a time
 IDF_SAMPLE: Final = 256  # a term's newest rows read to estimate its IDF
 WINDOWS_PER_PAGE: Final = 8  # windows read for one page when a window's candidates hold no match
-PARTITION_ROWS: Final = 1 << 40  # an account's range of index rows: messages, then labels
-MESSAGE_ROWS: Final = 1 << 39
 CURSOR_PATTERN = r"^\d{1,19}\.\d{1,6}$"  # what `next_cursor` looks like: the OpenAPI document says so too
 _CURSOR = re.compile(r"(\d{1,19})\.(\d{1,6})")
 _MESSAGE_ID = re.compile(r"m\d{1,18}")
@@ -53,6 +57,7 @@ class _Window(msgspec.Struct, frozen=True):
 class SearchIndex:
     def __init__(self, db: Database, *, window: int = WINDOW, clock: Callable[[], float] = time.time) -> None:
         self._db = db
+        self._engine = _engine(db)
         self._window = window
         self._clock = clock
 
@@ -64,6 +69,7 @@ class SearchIndex:
         `BadRequest` for a query outside the grammar or a cursor this search did not give out."""
         query = parse_query(text)
         limit = max(1, min(limit, PAGE_MAX))
+        await self._engine.prepare(self._db)
         return await self._db.run(lambda conn: self._page(conn, account_id, query, limit, cursor))
 
     def _page(
@@ -83,8 +89,8 @@ class SearchIndex:
             if candidates:
                 if not pinned:
                     below = candidates[0] + 1  # later pages keep this window
-                ranker = ranker or _ranker(conn, first, query)
-                texts, sizes = _texts(conn, first, candidates), lengths(conn, "search_index", candidates)
+                ranker = ranker or self._ranker(conn, first, query)
+                texts, sizes = document_texts(conn, candidates), self._engine.lengths(conn, candidates)
                 ranked = ranker.ranked(candidates, texts, sizes)
             else:
                 ranked = []
@@ -103,16 +109,32 @@ class SearchIndex:
         return SearchPage(results=results, next_cursor=next_cursor)
 
     def _candidates(self, conn: Connection, query: SearchQuery, first: int, below: int) -> list[int]:
-        """The rowids of the window's rows the MATCH finds, newest first (ranked by `Ranker`)."""
-        try:
-            rows = conn.execute(
-                "SELECT rowid FROM search_index "
-                "WHERE search_index MATCH ? AND rowid >= ? AND rowid < ? ORDER BY rowid DESC LIMIT ?",
-                (lookup_query(query).match_expression(), first, below, self._window),
-            ).fetchall()
-        except sqlite3.OperationalError:  # the index refused the expression: still the client's query
-            raise BadRequest("This query can't be searched; try other words") from None
-        return [rowid for (rowid,) in rows]
+        """The rowids of the window's rows the index finds, newest first (ranked by `Ranker`)."""
+        return self._engine.matching(conn, lookup_query(query), first, below, self._window)
+
+    def _ranker(self, conn: Connection, first: int, query: SearchQuery) -> Ranker:
+        """The query's ranker, with the index's average row length and, for several terms, their IDFs."""
+        average = self._engine.average_length(conn)
+        if len(query.terms) == 1:
+            return Ranker(query, average)
+        newest = conn.execute(
+            "SELECT max(id) FROM history_log WHERE id >= ? AND id < ?", (first, first + MESSAGE_ROWS)
+        ).fetchone()[0]
+        weights = [1.0 if newest is None else self._idf(conn, first, int(newest), term) for term in query.terms]
+        return Ranker(query, average, weights)
+
+    def _idf(self, conn: Connection, first: int, newest: int, term: Term) -> float:
+        """The term's IDF in the account's messages, from how densely it occurs in the newest of them: of
+        the account's messages (their rows are numbered in the order they were logged, up to `newest`),
+        the newest `IDF_SAMPLE` holding the term span so many rows, and that share of all of them is its
+        estimated count (exact when fewer hold it). Reading the term's rows only that far keeps its cost
+        bounded, where bm25()'s count reads every row of the whole table holding it."""
+        rows = newest - first
+        query = SearchQuery((lookup_term(term),))
+        holding = self._engine.matching(conn, query, first, first + MESSAGE_ROWS, IDF_SAMPLE)
+        if len(holding) < IDF_SAMPLE:
+            return idf(rows, len(holding))
+        return idf(rows, IDF_SAMPLE * rows / (newest - holding[-1] + 1))
 
     def _window_at(self, first: int, cursor: str | None) -> _Window | None:
         """Where a page starts: the newest window, or the cursor's; None for a well-formed cursor that points
@@ -150,81 +172,40 @@ class _LabelRow(NamedTuple):
     expires_at: float | None
 
 
-def _ranker(conn: Connection, first: int, query: SearchQuery) -> Ranker:
-    """The query's ranker, with the index's average row length and, for several terms, their IDFs."""
-    average = average_length(conn, "search_index")
-    if len(query.terms) == 1:
-        return Ranker(query, average)
-    newest = conn.execute(
-        "SELECT max(id) FROM history_log WHERE id >= ? AND id < ?", (first, first + MESSAGE_ROWS)
-    ).fetchone()[0]
-    weights = [1.0 if newest is None else _idf(conn, first, int(newest), term) for term in query.terms]
-    return Ranker(query, average, weights)
+def _engine(db: Database) -> IndexEngine:
+    if db.engine == "postgresql":
+        from pheby.search.postgres_index import PostgresIndex
 
+        return PostgresIndex(db)
+    from pheby.search.sqlite_index import SqliteIndex
 
-def _idf(conn: Connection, first: int, newest: int, term: Term) -> float:
-    """The term's IDF in the account's messages, from how densely it occurs in the newest of them: of
-    the account's messages (their rows are numbered in the order they were logged, up to `newest`),
-    the newest `IDF_SAMPLE` holding the term span so many rows, and that share of all of them is its
-    estimated count (exact when fewer hold it). Reading the term's rows only that far keeps its cost
-    bounded, where bm25()'s count reads every row of the whole table holding it."""
-    rows = newest - first
-    holding = conn.execute(
-        "SELECT rowid FROM search_index WHERE search_index MATCH ? AND rowid >= ? AND rowid < ? "
-        "ORDER BY rowid DESC LIMIT ?",
-        (SearchQuery((lookup_term(term),)).match_expression(), first, first + MESSAGE_ROWS, IDF_SAMPLE),
-    ).fetchall()
-    if len(holding) < IDF_SAMPLE:
-        return idf(rows, len(holding))
-    return idf(rows, IDF_SAMPLE * rows / (newest - holding[-1][0] + 1))
-
-
-def _texts(conn: Connection, first: int, rowids: Sequence[int]) -> dict[int, str]:
-    """The text each index row was made of (a message, a conversation's name, an attachment's name and
-    text), by rowid; a row gone meanwhile is missing."""
-    messages = msgspec.json.encode([r for r in rowids if r - first < MESSAGE_ROWS]).decode()
-    labels = msgspec.json.encode([r for r in rowids if r - first >= MESSAGE_ROWS]).decode()
-    found: dict[int, str] = dict(
-        conn.execute(
-            "SELECT h.id, h.text FROM json_each(?) wanted CROSS JOIN history_log h ON h.id = wanted.value", (messages,)
-        ).fetchall()
-    )
-    found.update(
-        conn.execute(
-            "SELECT l.id, CASE WHEN l.attachment_id IS NULL THEN c.name "
-            "ELSE a.filename || char(10) || a.extracted_text END "
-            "FROM json_each(?) wanted CROSS JOIN search_labels l ON l.id = wanted.value "
-            "JOIN conversations c ON c.id = l.conversation_id LEFT JOIN attachments a ON a.id = l.attachment_id",
-            (labels,),
-        ).fetchall()
-    )
-    return {rowid: text for rowid, text in found.items() if text is not None}
+    return SqliteIndex()
 
 
 def _results(
     conn: Connection, account_id: str, first: int, query: SearchQuery, rowids: Sequence[int], now: float
 ) -> list[SearchResult]:
     """The rows' results in the rows' order; a row whose conversation or attachment is gone is left out."""
-    ids = msgspec.json.encode(list(rowids)).decode()
+    ids = wanted(conn, rowids)
     messages = {
         r[0]: _MessageRow(*r[1:])
         for r in conn.execute(
             # CROSS JOIN: the rows by their ids first (else the planner may walk the account's conversations).
-            "SELECT h.id, h.conversation_id, c.name, h.hermes_id, h.role, h.text, h.ts FROM json_each(?) wanted "
-            "CROSS JOIN history_log h ON h.id = wanted.value "
-            "CROSS JOIN conversations c ON c.id = h.conversation_id AND c.account_id = ?",
-            (ids, account_id),
+            "SELECT h.id, h.conversation_id, c.name, h.hermes_id, h.role, h.text, h.ts "  # noqa: S608 - constant SQL
+            f"FROM {ids.table} {ids.join} history_log h ON h.id = wanted.value "
+            f"{ids.join} conversations c ON c.id = h.conversation_id AND c.account_id = ?",
+            (ids.parameter, account_id),
         )
     }
     labels = {
         r[0]: _LabelRow(*r[1:])
         for r in conn.execute(
-            "SELECT l.id, l.conversation_id, c.name, COALESCE(c.last_active, c.created_at), "
+            "SELECT l.id, l.conversation_id, c.name, COALESCE(c.last_active, c.created_at), "  # noqa: S608 - constant SQL
             "a.id, a.filename, a.extracted_text, a.direction, a.message_id, a.created_at, a.expires_at "
-            "FROM json_each(?) wanted CROSS JOIN search_labels l ON l.id = wanted.value "
-            "CROSS JOIN conversations c ON c.id = l.conversation_id AND c.account_id = ? "
+            f"FROM {ids.table} {ids.join} search_labels l ON l.id = wanted.value "
+            f"{ids.join} conversations c ON c.id = l.conversation_id AND c.account_id = ? "
             "LEFT JOIN attachments a ON a.id = l.attachment_id",
-            (ids, account_id),
+            (ids.parameter, account_id),
         )
     }
     results: list[SearchResult] = []

@@ -14,13 +14,11 @@ A prefix longer than `INDEXED_PREFIX_MAX` is looked up as its first `INDEXED_PRE
 finds a superset, and `Ranker.ranked` keeps the rows that really match.
 """
 
-import json
 import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Final
 
-from pheby.db import Connection
 from pheby.search.query import SearchQuery, Term
 from pheby.search.tokens import fold
 
@@ -96,50 +94,3 @@ class Ranker:
 def idf(rows: int, holding: float) -> float:
     """BM25's IDF of a term `holding` of `rows` rows hold, as FTS5's bm25() computes it (never below 1e-6)."""
     return max(1e-6, math.log((rows - holding + 0.5) / (holding + 0.5)))
-
-
-def lengths(conn: Connection, table: str, rowids: Sequence[int]) -> dict[int, int]:
-    """Each row's length in tokens, as the index counted it (`<table>_docsize`: a varint per column)."""
-    wanted = json.dumps(list(rowids))
-    rows = conn.execute(
-        f"SELECT d.id, d.sz FROM json_each(?) w CROSS JOIN {table}_docsize d ON d.id = w.value",  # noqa: S608
-        (wanted,),
-    )
-    # Most rows are under 128 tokens: their varint is their first byte.
-    return {
-        rowid: size[0] if size[0] < 0x80 else _varints(size, 1)[0] for rowid, size in rows if isinstance(size, bytes)
-    }
-
-
-def average_length(conn: Connection, table: str) -> float:
-    """The index's average row length in tokens, as `bm25()` reads it: from the FTS5 table's
-    averages record (row 1 of `<table>_data`: varints, the row count then each column's token total).
-    0.0 if the record is missing or unreadable (the caller then ranks by frequency alone)."""
-    row = conn.execute(f"SELECT block FROM {table}_data WHERE id = 1").fetchone()  # noqa: S608 - a constant
-    if row is None or not isinstance(row[0], bytes):
-        return 0.0
-    values = _varints(row[0], 2)
-    if len(values) < 2 or values[0] <= 0:
-        return 0.0
-    return values[1] / values[0]
-
-
-def _varints(data: bytes, count: int) -> list[int]:
-    """SQLite's varints (big-endian 7-bit groups; a ninth byte holds 8 bits), the first `count`."""
-    values: list[int] = []
-    at = 0
-    while len(values) < count and at < len(data):
-        value = 0
-        for i in range(9):
-            if at >= len(data):
-                return values
-            byte = data[at]
-            at += 1
-            if i == 8:
-                value = (value << 8) | byte
-                break
-            value = (value << 7) | (byte & 0x7F)
-            if byte < 0x80:
-                break
-        values.append(value)
-    return values

@@ -163,7 +163,7 @@ class Conversations:
     async def rename(self, account_id: str, conversation_id: str, name: str) -> Conversation:
         cleaned = clean_name(name)
         await self.get(account_id, conversation_id)
-        await self._db.run(
+        await self._db.transaction(
             lambda c: c.execute("UPDATE conversations SET name = ? WHERE id = ?", (cleaned, conversation_id))
         )
         return await self.get(account_id, conversation_id)

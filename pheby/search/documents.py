@@ -1,0 +1,122 @@
+"""The search index's rows and their text, on either engine; and, on PostgreSQL, the terms of new rows.
+
+Which rows the index holds is kept by each engine's triggers, in the writer's transaction (SQLite:
+pheby/migrations/0013_search_index.sql; PostgreSQL: its `.postgresql.sql` variant). A row is numbered in
+its account's partition of `PARTITION_ROWS`: messages (history_log's id) in the lower `MESSAGE_ROWS`,
+conversation names and attachments (search_labels) above; its text is read from where it is kept
+(`document_texts`).
+
+Tokenizing is Python's (`pheby.search.tokens`, the rule of FTS5's `unicode61 remove_diacritics 2`). SQLite's
+FTS5 applies that rule itself, in the triggers. PostgreSQL can't: its parser and lower() follow the
+database's locale, and would split and fold other text differently from the query's words. So there a
+trigger leaves a new or changed row pending (terms NULL), and `index_pending` writes its terms, made here,
+as a tsvector literal (the lexemes and positions as they are, no PostgreSQL parser in between). It runs at
+the end of every transaction, before the commit (`Database.add_commit_step`, which the PostgreSQL search
+engine registers): so a write's terms are committed with it, and the stores, which know nothing of the
+index, keep one SQL for both engines. A search runs it too before it reads (`postgres_index`), for rows a
+statement outside a transaction (or SQL run by hand) left pending.
+"""
+
+from collections.abc import Iterable, Sequence
+from typing import Any, Final, NamedTuple
+
+import msgspec
+
+from pheby.db import Connection
+from pheby.search.tokens import tokens
+
+PARTITION_ROWS: Final = 1 << 40  # an account's range of index rows: messages, then labels
+MESSAGE_ROWS: Final = 1 << 39
+LEXEME_MAX_BYTES: Final = 2046  # PostgreSQL's longest lexeme (a longer word is not indexed there)
+POSITION_MAX: Final = 16383  # PostgreSQL's last position: later words are kept there (found, not in phrases)
+POSITIONS_MAX: Final = 256  # positions a lexeme keeps in a tsvector
+TSVECTOR_MAX_BYTES: Final = 1_000_000  # a tsvector's lexemes, at most (PostgreSQL refuses over 1 MiB)
+PENDING_BATCH: Final = 500
+
+
+def is_message(rowid: int) -> bool:
+    return rowid % PARTITION_ROWS < MESSAGE_ROWS
+
+
+class Wanted(NamedTuple):
+    """Rowids as a table `wanted (value)` to join rows to, for the engine: `FROM {table} {join} t ON …`."""
+
+    table: str
+    join: str  # SQLite's CROSS JOIN keeps this order (the rows by their ids); PostgreSQL's planner needs no hint
+    parameter: Any
+
+
+def wanted(conn: Connection, rowids: Iterable[int]) -> Wanted:
+    ids = list(rowids)
+    if conn.engine == "postgresql":
+        return Wanted("unnest(?::bigint[]) wanted (value)", "JOIN", ids)
+    return Wanted("json_each(?) wanted", "CROSS JOIN", msgspec.json.encode(ids).decode())
+
+
+def document_texts(conn: Connection, rowids: Sequence[int]) -> dict[int, str]:
+    """The text each index row was made of (a message, a conversation's name, an attachment's name and
+    text), by rowid; a row gone meanwhile is missing."""
+    messages = wanted(conn, [r for r in rowids if is_message(r)])
+    labels = wanted(conn, [r for r in rowids if not is_message(r)])
+    found: dict[int, str] = dict(
+        conn.execute(
+            f"SELECT h.id, h.text FROM {messages.table} {messages.join} history_log h ON h.id = wanted.value",  # noqa: S608
+            (messages.parameter,),
+        ).fetchall()
+    )
+    found.update(
+        conn.execute(
+            "SELECT l.id, CASE WHEN l.attachment_id IS NULL THEN c.name "  # noqa: S608 - `wanted`'s constant SQL
+            "ELSE a.filename || ? || a.extracted_text END "
+            f"FROM {labels.table} {labels.join} search_labels l ON l.id = wanted.value "
+            "JOIN conversations c ON c.id = l.conversation_id LEFT JOIN attachments a ON a.id = l.attachment_id",
+            ("\n", labels.parameter),
+        ).fetchall()
+    )
+    return {rowid: text for rowid, text in found.items() if text is not None}
+
+
+def quoted(lexeme: str) -> str:
+    """A lexeme as tsvector and tsquery literals write it: in single quotes, `'` doubled, `\\` escaped."""
+    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def terms(text: str) -> tuple[str, int]:
+    """The text's tsvector literal (each token's folded form and positions, as PostgreSQL's limits allow)
+    and its length in tokens (all of them: BM25's)."""
+    found = tokens(text)
+    positions: dict[str, list[int]] = {}
+    size = 0
+    for position, token in enumerate(found, start=1):
+        lexeme = token.folded
+        kept = positions.get(lexeme)
+        if kept is None:
+            length = len(lexeme.encode())
+            if length > LEXEME_MAX_BYTES or size + length > TSVECTOR_MAX_BYTES:
+                continue
+            size += length
+            positions[lexeme] = kept = []
+        if len(kept) < POSITIONS_MAX and (not kept or kept[-1] < POSITION_MAX):
+            kept.append(min(position, POSITION_MAX))
+    literal = " ".join(f"{quoted(lexeme)}:{','.join(map(str, at))}" for lexeme, at in positions.items())
+    return literal, len(found)
+
+
+def index_pending(conn: Connection) -> int:
+    """Give pending index rows their terms (PostgreSQL; SQLite's triggers index as they write): how many."""
+    if conn.engine != "postgresql":
+        return 0
+    done = 0
+    while True:
+        rowids = [
+            r[0]
+            for r in conn.execute(
+                "SELECT id FROM search_index WHERE terms IS NULL ORDER BY id LIMIT ?", (PENDING_BATCH,)
+            ).fetchall()
+        ]
+        if not rowids:
+            return done
+        texts = document_texts(conn, rowids)
+        rows = [(*terms(texts.get(rowid, "")), rowid) for rowid in rowids]
+        conn.executemany("UPDATE search_index SET terms = ?::tsvector, length = ? WHERE id = ?", rows)
+        done += len(rows)
