@@ -7,8 +7,6 @@ keys or stack traces.
 
 from typing import ClassVar
 
-from pheby.db.interface import DatabaseError
-
 
 class PhebyError(Exception):
     """Base of every error the server reports to a client."""
@@ -108,6 +106,15 @@ class Unavailable(PhebyError):
 
 class StorageUnavailable(Unavailable):
     default_message = "File storage is unavailable right now; try again in a moment"
+
+
+class DatabaseError(Exception):
+    """The database failed a statement (any engine's own error, raised from it). Not a `PhebyError`: a
+    failed statement is the server's fault, a 500; only `DatabaseUnavailable` tells the client more."""
+
+
+class IntegrityError(DatabaseError):
+    """A constraint refused the write (a duplicate key, a missing row a foreign key needs)."""
 
 
 class DatabaseUnavailable(Unavailable, DatabaseError):

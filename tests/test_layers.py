@@ -26,9 +26,12 @@ HERMES = ("pheby.hermes", "hermes_client")
 # prefix applies, so more specific ones come first. Third-party and standard-library imports are free.
 ALLOWED: list[tuple[str, tuple[str, ...]]] = [
     (PLUGIN_EXTRAS, ()),
-    ("pheby.settings", (PLUGIN_EXTRAS,)),  # the extras' settings derive from their declaration
+    (
+        "pheby.settings",
+        (PLUGIN_EXTRAS, "pheby.db"),
+    ),  # the extras' settings derive from their declaration; the database it names
     ("pheby.errors", ()),
-    ("pheby.db", ()),
+    ("pheby.db", ("pheby.errors", "pheby.db")),
     ("pheby.redact", ()),
     ("pheby.metrics", ()),
     ("pheby.protocol", (*BASICS, "pheby.protocol")),

@@ -5,6 +5,8 @@ one connection on one thread (`sqlite`), PostgreSQL's pool and its parameter sty
 Numbered migrations (`migrations`) are applied at start-up, once each, and recorded in
 `schema_migrations`; a database a newer server migrated further (`SchemaTooNew`) is refused before
 anything is written to it.
+
+May import: `pheby.errors` (its database errors) and itself; nothing else of the server.
 """
 
 from pathlib import Path

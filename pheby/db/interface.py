@@ -9,6 +9,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol, TypeVar
 
+from pheby.errors import DatabaseError, IntegrityError
+
+__all__ = ["Connection", "Cursor", "Database", "DatabaseError", "IntegrityError", "Row", "SchemaTooNew"]
+
 T = TypeVar("T")
 
 
@@ -47,14 +51,6 @@ class Connection(ABC):
     @abstractmethod
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]], /) -> Cursor:
         """Run one statement once for each row of parameters."""
-
-
-class DatabaseError(Exception):
-    """The engine failed a statement (any engine's own error, raised from it)."""
-
-
-class IntegrityError(DatabaseError):
-    """A constraint refused the write (a duplicate key, a missing row a foreign key needs)."""
 
 
 class SchemaTooNew(Exception):
