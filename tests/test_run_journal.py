@@ -1,15 +1,14 @@
 """The run journal, the rebuilding of a journaled run, and the judging of Hermes's status for unseen approvals,
-without sockets: a real SQLite database, no Hermes (the runs' clients are never called)."""
+without sockets: a real database (SQLite, and PostgreSQL), no Hermes (the runs' clients are never called)."""
 
 import asyncio
-import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 import hermes_client as hc
-from pheby.db import SqliteDatabase
+from pheby.db import Database, open_database
 from pheby.plugin.extras import PluginExtras
 from pheby.protocol import frames as ev
 from pheby.protocol.hub import Hub
@@ -22,7 +21,7 @@ from pheby.runs.unseen import UnseenApprovals, unseen_request
 from pheby.store.accounts import Account, Accounts
 from pheby.store.conversations import Conversation, Conversations
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.both_engines]
 
 
 class Clock:
@@ -34,9 +33,7 @@ class Clock:
 
 
 class Setup:
-    def __init__(
-        self, db: SqliteDatabase, account: Account, conversation: Conversation, client: hc.HermesClient
-    ) -> None:
+    def __init__(self, db: Database, account: Account, conversation: Conversation, client: hc.HermesClient) -> None:
         self.db = db
         self.account = account
         self.conversation = conversation
@@ -53,15 +50,14 @@ class Setup:
         run.phase.move("running")
         return run
 
-    def rows(self, table: str) -> int:
-        with sqlite3.connect(self.db.path) as conn:
-            count: int = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-            return count
+    async def rows(self, table: str) -> int:
+        count: int = await self.db.run(lambda c: c.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+        return count
 
 
 @pytest.fixture
-async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
-    db = SqliteDatabase(tmp_path / "pheby.sqlite3")
+async def setup(tmp_path: Path, database_url: str) -> AsyncIterator[Setup]:
+    db = open_database(database_url, tmp_path / "pheby.sqlite3")
     await db.open()
     owner = await Accounts(db).ensure_owner()
     conversation = await Conversations(db).create(owner.id, "Deploys")
@@ -143,7 +139,7 @@ async def test_a_settled_decision_and_an_ended_run_leave_nothing(setup: Setup) -
 
     await setup.journal.ended(run)
     assert await setup.journal.load() == []
-    assert setup.rows("run_decisions") == 0
+    assert await setup.rows("run_decisions") == 0
 
 
 async def test_no_write_lands_after_the_run_ended_nor_over_a_newer_one(setup: Setup) -> None:
@@ -201,7 +197,7 @@ async def test_an_unreadable_entry_is_dropped_and_the_rest_read(setup: Setup) ->
         lambda conn: conn.execute("UPDATE active_runs SET tools = 'not json' WHERE run_id = ?", (bad.run_id,))
     )
     assert [r.run_id for r in await setup.journal.load()] == [good.run_id]
-    assert setup.rows("active_runs") == 1
+    assert await setup.rows("active_runs") == 1
 
 
 def _upsert() -> str:
