@@ -1,6 +1,6 @@
 """The `pheby` console command: `serve`, `account create|password|token|disable|enable|revoke|list|hermes`,
 the sign-in operator commands `account totp-off|passkeys-off|link-oidc`, `hermes install-plugin`, `backup`
-and `restore` (`pheby.backup`).
+and `restore` (`pheby.backup`), and `migrate-db` (`pheby.migrate_db`).
 
 `serve` needs the app factory, which lives above `pheby` (`handlers.support.app.create_app`): the
 console script (`pheby_main.main`) passes it in as `app_factory`.
@@ -146,6 +146,22 @@ def _parser() -> argparse.ArgumentParser:
         "refuses a damaged one, restoring nothing. Stop the server first.",
     )
     restore.add_argument("source", type=Path, metavar="SRC")
+    migrate = commands.add_parser(
+        "migrate-db",
+        help="copy the data dir's SQLite database, once, into an empty PostgreSQL database; prints JSON",
+        description="Stop the server first. Every table is copied in one PostgreSQL transaction (all or "
+        "nothing) and each one's row count checked before the commit; a target holding any rows (a second "
+        "run, or a server already started on it) is refused. The data dir must be at this code's schema: "
+        "start the server once on SQLite to migrate an older one. Blobs stay where they are. Then set "
+        "PHEBY_DATABASE_URL to the same URL and start the server.",
+    )
+    migrate.add_argument(
+        "--to",
+        required=True,
+        metavar="URL",
+        help="the target, postgresql://USER@HOST/DB; give the password in ~/.pgpass or PGPASSWORD rather than "
+        "in the URL (it is never printed)",
+    )
     return parser
 
 
@@ -182,6 +198,8 @@ def main(argv: Sequence[str] | None = None, app_factory: AppFactory | None = Non
             return _serve(args, data_dir, app_factory)
         if args.command in ("backup", "restore"):
             return _backup_command(args, data_dir)
+        if args.command == "migrate-db":
+            return _migrate_db_command(args, data_dir)
         settings = load_settings(data_dir=data_dir)
         if args.command == "hermes":
             return _install_plugin(settings, args)
@@ -230,7 +248,7 @@ def _serve(args: argparse.Namespace, data_dir: Path | None, app_factory: AppFact
     return 0 if serve(settings, app_factory(settings)) else 3
 
 
-# A backup and the schema check read no owner secret; giving load_settings one keeps it from generating one
+# A backup, a migration and the schema check read no owner secret; giving load_settings one keeps it from generating one
 # into the data dir.
 _NO_SECRET = "backup-needs-no-owner-secret"  # noqa: S105 - a placeholder, never used to authenticate
 
@@ -256,6 +274,24 @@ def _backup_command(args: argparse.Namespace, data_dir: Path | None) -> int:
         return 1
     except OSError as exc:
         print(f"pheby {args.command}: {exc.filename or ''}: {exc.strerror or type(exc).__name__}", file=sys.stderr)
+        return 1
+    print(json.dumps(msgspec.to_builtins(result)))
+    return 0
+
+
+def _migrate_db_command(args: argparse.Namespace, data_dir: Path | None) -> int:
+    """`pheby migrate-db --to URL`: refusals exit 2, failures 1, one line on stderr that never names the URL."""
+    from pheby.migrate_db import MigrateFailed, MigrateRefused, migrate_db
+
+    try:
+        # The data dir as the server finds it; no owner secret is read, nor generated into it.
+        source = load_settings(data_dir=data_dir, secret=_NO_SECRET).database_path
+        result = migrate_db(source, args.to)
+    except (MigrateRefused, SettingsError) as exc:
+        print(f"pheby migrate-db: {exc}", file=sys.stderr)
+        return 2
+    except MigrateFailed as exc:
+        print(f"pheby migrate-db: {exc}", file=sys.stderr)
         return 1
     print(json.dumps(msgspec.to_builtins(result)))
     return 0
