@@ -36,7 +36,8 @@ from psycopg import sql
 
 from pheby.db import SchemaTooNew, newest_version
 from pheby.db import schema_version as sqlite_schema_version
-from pheby.db.postgres import LOCK_TIMEOUT, WRITE_LOCK, apply_migrations
+from pheby.db.postgres import LOCK_TIMEOUT, WRITE_LOCK, PostgresConnection, apply_migrations, pg_row
+from pheby.search.documents import index_pending
 
 CONNECT_SECONDS: Final = 10
 # Tables only SQLite keeps: the target records its own migrations; the full-text index is SQLite's FTS5
@@ -297,16 +298,8 @@ def _advance_identities(lite: sqlite3.Connection, pg: psycopg.Connection[Any], t
 
 
 def rebuild_search_index(pg: psycopg.Connection[Any]) -> None:
-    """HOOK for `pheby.search`: (re)build PostgreSQL's full-text index over the rows just copied, inside the
-    copy's transaction. SQLite's FTS5 index is never copied; PostgreSQL's is PostgreSQL's own.
-
-    A no-op while the target has no search table (this code's PostgreSQL schema has none yet). Once the
-    search module's PostgreSQL index exists, its rebuild must be called from here: until it is, a target
-    holding a `search_index` table fails the migration (rolled back) rather than leave search unindexed."""
-    row = pg.execute("SELECT to_regclass('search_index') IS NOT NULL").fetchone()
-    if row is None or not row[0]:
-        return
-    raise MigrateFailed(
-        "the target database has a search index that migrate-db does not build yet (pheby.migrate_db."
-        "rebuild_search_index): the copy was rolled back"
-    )
+    """Index what was just copied, inside the copy's transaction. SQLite's FTS5 index is never copied:
+    PostgreSQL's triggers made each copied row's index row (numbered in PostgreSQL's own partitions) as it
+    arrived, and `index_pending` gives them their terms, as after any write."""
+    pg.row_factory = pg_row
+    index_pending(PostgresConnection(pg))

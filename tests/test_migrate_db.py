@@ -23,6 +23,7 @@ from pheby.db import Database, SqliteDatabase, apply_migrations, newest_version
 from pheby.db.postgres import PostgresDatabase
 from pheby.protocol.frames import HistoryMessage
 from pheby.push.subscriptions import BrowserSubscription, PushSubscriptions, SubscriptionKeys
+from pheby.search.index import SearchIndex
 from pheby.settings import Settings
 from pheby.store.artifacts import Artifacts
 from pheby.store.attachments import Attachments
@@ -163,13 +164,14 @@ def sqlite_counts(path: Path) -> dict[str, int]:
 
 
 def postgres_counts(url: str) -> dict[str, int]:
-    """Every table's rows on PostgreSQL but the migrations' record."""
+    """Every table's rows on PostgreSQL but the migrations' own (their record, the search index's one row of
+    totals)."""
     with psycopg.connect(url) as conn:
         names = [
             r[0]
             for r in conn.execute(
                 "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' "
-                "AND table_type = 'BASE TABLE' AND table_name <> 'schema_migrations'"
+                "AND table_type = 'BASE TABLE' AND table_name NOT IN ('schema_migrations', 'search_totals')"
             )
         ]
         counts = {}
@@ -218,6 +220,13 @@ async def test_everything_moves_and_reads_back_the_same(
     db = await opened(postgres_url)
     try:
         await reads_back(db, settings, built)
+        # The messages are found by search on PostgreSQL, with no index row left without its terms.
+        [hit] = (await SearchIndex(db).search(built.alice_id, "bacalhau")).results
+        assert hit.conversation_id == built.conversation_id
+        assert (
+            await db.run(lambda c: c.execute("SELECT COUNT(*) FROM search_index WHERE terms IS NULL").fetchone()[0])
+            == 0
+        )
     finally:
         await db.close()
 
