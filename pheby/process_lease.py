@@ -4,7 +4,8 @@ The processes of one deployment don't share their live events yet: each holds it
 readers and its hub, so a client of a second `pheby serve` on the same database would never see the
 first one's runs. Until they do, a database is served by one process, and the `process_leases` row
 `server` says which: its holder (host, pid and a random part) and an expiry the holder renews every
-`RENEW_SECONDS`. A second process is refused at start with one line naming the holder. A holder that
+`RENEW_SECONDS` (servers run side by side in one process, as tests do, share it). A second process is
+refused at start with one line naming the holder. A holder that
 stops releases the lease at once; one that died is replaced once its lease expires (`LEASE_SECONDS`), or
 at once by a process on the same host that finds its pid gone (a restart after kill -9).
 
@@ -33,8 +34,13 @@ class LeaseHeld(Exception):
     """Another live process holds the lease; the message is one line for the operator."""
 
 
+# Drawn once per process: the holder is this process (servers it runs side by side share it), and a later
+# process that happens to get the same pid is not taken for it.
+_PROCESS_TOKEN: Final = secrets.token_hex(4)
+
+
 def own_holder() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+    return f"{socket.gethostname()}:{os.getpid()}:{_PROCESS_TOKEN}"
 
 
 def _gone(holder: str) -> bool:
@@ -98,14 +104,17 @@ class ServerLease:
             raise LeaseHeld(held_elsewhere(other))
 
     async def renew(self) -> bool:
-        """Move the expiry on; False if the lease is no longer this process's (it was paused past the expiry
-        and another process took it)."""
+        """Move the expiry on; False if the lease is another process's now (this one was paused past the
+        expiry and another took it)."""
         expires_at = self._clock() + LEASE_SECONDS
+        # Taken again if it is free (another server of this process released it).
         changed = await self._db.run(
             lambda c: (
                 c.execute(
-                    "UPDATE process_leases SET expires_at = ? WHERE name = ? AND holder = ?",
-                    (expires_at, SERVER, self.holder),
+                    "INSERT INTO process_leases (name, holder, expires_at) VALUES (?, ?, ?) "
+                    "ON CONFLICT (name) DO UPDATE SET expires_at = excluded.expires_at "
+                    "WHERE process_leases.holder = excluded.holder",
+                    (SERVER, self.holder, expires_at),
                 ).rowcount
             )
         )

@@ -43,6 +43,10 @@ async def test_a_held_lease_refuses_a_second_process_until_released(db: Postgres
     await first.release()
     await second.take()
     assert await first.holder_elsewhere() is not None
+    await second.release()  # say, one of two servers of its process stopped: the other's renewal takes it back
+    assert await second.renew()
+    with pytest.raises(LeaseHeld):
+        await first.take()
 
 
 async def test_an_expired_lease_is_taken_over_and_its_old_holder_can_no_longer_renew(db: PostgresDatabase) -> None:
