@@ -242,6 +242,8 @@ class RedisBell(Bell):
                     log.debug("event bell: no Redis (%s); retrying in %.2f s", type(e).__name__, delay)
             finally:
                 self._conn = None
+                if self._connected:
+                    self._resync()  # wakes the consumer, which polls from now on
                 self._connected = False
                 metrics.BELL_CONNECTED.set(0)
                 for confirmed in self._confirmations.values():
@@ -263,7 +265,7 @@ class RedisBell(Bell):
         await conn.send_command("PING", "subscribed", check_health=False)
         pinged: float | None = time.monotonic()
         while True:
-            reply = await conn.read_response(timeout=self._ping_seconds)
+            reply = await conn.read_response(timeout=self._ping_seconds, push_request=True)
             if reply is None:
                 if pinged is not None and time.monotonic() - pinged > self._ping_seconds:
                     raise ConnectionError("Redis did not answer PING")

@@ -175,6 +175,7 @@ async def ring(bell: Bell | None, appended: Mapping[str, int]) -> None:
     """Publish a ring for each account's newest appended seq, once its transaction has committed.
     A failed or slow publish is logged and counted, never raised: the log is the truth, and every feed
     finds the event by its position check or its polling."""
+    global _failing
     if bell is None:
         return
     for account_id, seq in appended.items():
@@ -182,7 +183,16 @@ async def ring(bell: Bell | None, appended: Mapping[str, int]) -> None:
             await asyncio.wait_for(bell.publish(account_id, seq), PUBLISH_SECONDS)
         except Exception as e:  # noqa: BLE001 - a lost ring costs latency, never an event
             metrics.EVENT_PUBLISH_FAILURES.inc()
-            log.warning("event ring for seq %d not published: %s", seq, type(e).__name__)
+            if not _failing:
+                log.warning("event rings not published (%s): feeds find the events by polling", type(e).__name__)
+            _failing = True
+        else:
+            if _failing:
+                log.info("event rings are published again")
+            _failing = False
+
+
+_failing = False  # the last ring failed: later failures are not logged again
 
 
 class EventLog:
