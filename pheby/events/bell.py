@@ -3,7 +3,7 @@
 Rings are an unreliable transport, at most once: one may be lost (Redis down, a connection dropped, a
 queue full) and the reader never misses an event for it, because the event is in the log and the feed
 (`pheby.events.feed`) reads it from there. What a bell owes its one consumer is the honest signal: after
-anything that may have lost rings (a reconnect, a full queue) `receive` answers `RESYNC`, and the
+anything that may have lost rings (a lost connection, a reconnect, a full queue) `receive` answers `RESYNC`; the
 consumer re-reads every position it holds.
 
 `LocalBell` rings within one process (one server, no Redis). `RedisBell` rings through Redis pub/sub,
