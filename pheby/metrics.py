@@ -71,6 +71,32 @@ PUSH_SENDS = Counter(
 )
 
 
+# --- the event log and its bell (pheby.events) ------------------------------------------------------
+EVENTS_APPENDED = Counter("pheby_events_appended_total", "Rows appended to the accounts' event logs")
+EVENTS_PRUNED = Counter("pheby_events_pruned_total", "Event log rows removed by retention")
+EVENTS_DELIVERED = Counter("pheby_events_delivered_total", "Logged events a feed delivered to its process")
+EVENT_GAP_REPAIRS = Counter(
+    "pheby_event_gap_repairs_total",
+    "Times a feed read events from the log that no ring had announced, by cause: ring, resync, check, poll",
+    ["cause"],
+)
+EVENT_RESYNCS = Counter(
+    "pheby_event_resyncs_total", "Times the bell reconnected (or dropped rings) and the feed re-read every position"
+)
+EVENT_SNAPSHOTS = Counter(
+    "pheby_event_snapshots_total", "Times a feed's position was older than the log retains (a full snapshot is owed)"
+)
+EVENT_PUBLISH_FAILURES = Counter(
+    "pheby_event_publish_failures_total", "Rings not published (the bell was down); the log still holds the events"
+)
+EVENT_BELL_LAG = Histogram(
+    "pheby_event_bell_lag_seconds",
+    "From a ring's publish to the delivery of its event by a feed (clocks of two hosts may differ)",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+)
+BELL_CONNECTED = Gauge("pheby_event_bell_connected", "1 while the bell's subscriber connection is up, else 0")
+
+
 @cache
 def frames_sent(frame_type: str) -> Counter:
     """The counter of one frame type (frame types are the protocol's: a bounded set)."""

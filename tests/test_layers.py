@@ -34,6 +34,7 @@ ALLOWED: list[tuple[str, tuple[str, ...]]] = [
     ("pheby.db", ("pheby.errors", "pheby.db")),
     ("pheby.redact", ()),
     ("pheby.metrics", ()),
+    ("pheby.events", ("pheby.db", "pheby.errors", "pheby.settings", "pheby.metrics", "pheby.events")),
     ("pheby.protocol", (*BASICS, "pheby.protocol")),
     ("pheby.files", ("pheby.errors", "pheby.files", "storage")),
     ("pheby.store", (*BASICS, "pheby.files", "pheby.protocol.frames", "pheby.store", "storage")),

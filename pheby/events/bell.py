@@ -1,0 +1,312 @@
+"""The bell: a ring says "account A's log reached seq N"; it never carries the event itself.
+
+Rings are an unreliable transport, at most once: one may be lost (Redis down, a connection dropped, a
+queue full) and the reader never misses an event for it, because the event is in the log and the feed
+(`pheby.events.feed`) reads it from there. What a bell owes its one consumer is the honest signal: after
+anything that may have lost rings (a lost connection, a reconnect, a full queue) `receive` answers `RESYNC`; the
+consumer re-reads every position it holds.
+
+`LocalBell` rings within one process (one server, no Redis). `RedisBell` rings through Redis pub/sub,
+one channel per account under a key prefix, with a subscriber connection of its own that it keeps up:
+a connection error (or a PING unanswered) closes it, and a new one is made after a bounded backoff,
+every subscribed account subscribed again, then `RESYNC`. It never gives up.
+"""
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from abc import ABC, abstractmethod
+from collections import deque
+from enum import Enum
+from typing import Any, Final, NamedTuple
+
+import redis.asyncio
+import redis.exceptions
+from redis.asyncio.connection import AbstractConnection, ConnectionPool
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from pheby import metrics
+
+__all__ = ["QUEUE_SIZE", "RESYNC", "Bell", "BellUnavailable", "LocalBell", "RedisBell", "Resync", "Ring"]
+
+log = logging.getLogger(__name__)
+
+QUEUE_SIZE = 10_000  # rings waiting for the consumer; past it they are dropped and RESYNC is owed
+
+
+class Ring(NamedTuple):
+    """Account `account_id`'s log reached `seq`; `published_at` (epoch seconds) when it was rung."""
+
+    account_id: str
+    seq: int
+    published_at: float | None = None
+
+
+class Resync(Enum):
+    """Rings may have been lost: re-read every position."""
+
+    RESYNC = "resync"
+
+
+RESYNC: Final = Resync.RESYNC
+
+
+class BellUnavailable(Exception):
+    """The ring was not published (the bell is down): the log still holds the event."""
+
+
+class Bell(ABC):
+    """Rings for the accounts subscribed to, to one consumer (`receive`), in a bounded queue."""
+
+    def __init__(self, *, queue_size: int = QUEUE_SIZE) -> None:
+        self.subscribed: set[str] = set()
+        self._rings: deque[Ring] = deque()
+        self._queue_size = queue_size
+        self._resync_owed = False
+        self._ready = asyncio.Event()
+
+    @property
+    @abstractmethod
+    def connected(self) -> bool:
+        """Whether rings are arriving now; while not, the consumer polls the log."""
+
+    async def start(self) -> None:  # noqa: B027 - nothing to start for most bells
+        """Begin (a bell that connects somewhere connects now, in the background)."""
+
+    @abstractmethod
+    async def publish(self, account_id: str, seq: int) -> None:
+        """Ring every process subscribed to the account. Raises on failure (`ring` in `pheby.events.log`
+        logs it): a lost ring delays a delivery, it loses nothing."""
+
+    async def subscribe(self, account_id: str) -> None:
+        """Receive the account's rings from now on (once this returns, if the bell is connected)."""
+        self.subscribed.add(account_id)
+
+    async def unsubscribe(self, account_id: str) -> None:
+        """Receive no more of the account's rings."""
+        self.subscribed.discard(account_id)
+
+    async def receive(self) -> Ring | Resync:
+        """The next ring, or `RESYNC` when rings may have been lost. One consumer only."""
+        while True:
+            if self._resync_owed:
+                self._resync_owed = False
+                return RESYNC
+            if self._rings:
+                return self._rings.popleft()
+            self._ready.clear()
+            await self._ready.wait()
+
+    async def aclose(self) -> None:  # noqa: B027 - nothing to release for most bells
+        """Stop; release what the bell holds."""
+
+    def _ring(self, ring: Ring) -> None:
+        if ring.account_id not in self.subscribed:
+            return  # not ours (any more): the consumer would ignore it as well
+        if len(self._rings) >= self._queue_size:
+            self._resync(dropped=True)
+            return
+        self._rings.append(ring)
+        self._ready.set()
+
+    def _resync(self, *, dropped: bool = False) -> None:
+        """Rings may have been lost: those queued are superseded by one RESYNC."""
+        if dropped:
+            log.warning("event bell queue full: %d rings dropped, resync", len(self._rings) + 1)
+        self._rings.clear()
+        self._resync_owed = True
+        self._ready.set()
+
+
+class LocalBell(Bell):
+    """Rings within this process only: one server with no Redis (or tests)."""
+
+    @property
+    def connected(self) -> bool:
+        return True
+
+    async def publish(self, account_id: str, seq: int) -> None:
+        self._ring(Ring(account_id, seq, time.time()))
+
+
+class RedisBell(Bell):
+    """Rings through Redis pub/sub: channel `{prefix}events:{account_id}`, message `"{seq} {published_at}"`.
+
+    Publishing uses a pool of its own; subscribing, one connection read by one task, which PINGs it when
+    quiet and counts a PING unanswered within `ping_seconds` as a dead connection."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "pheby:",
+        connect_seconds: float = 2.0,
+        ping_seconds: float = 5.0,
+        backoff_seconds: tuple[float, float] = (0.05, 2.0),
+        queue_size: int = QUEUE_SIZE,
+    ) -> None:
+        super().__init__(queue_size=queue_size)
+        self._prefix = f"{prefix}events:"
+        self._ping_seconds = ping_seconds
+        self._backoff = backoff_seconds
+        self._pool: ConnectionPool = ConnectionPool.from_url(
+            url,
+            socket_connect_timeout=connect_seconds,
+            socket_timeout=connect_seconds,
+            retry=Retry(NoBackoff(), 0),  # errors come to this class, which reconnects as it knows how
+        )
+        self._publisher = redis.asyncio.Redis(connection_pool=self._pool)
+        self._conn: AbstractConnection | None = None  # the subscriber connection, while it is up
+        self._connected = False
+        self._write = asyncio.Lock()
+        self._confirmations: dict[bytes, asyncio.Future[None]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self.reconnects = 0  # connections made after the first
+
+    @property
+    def connected(self) -> bool:
+        return self._connected
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._keep_connected(), name="event-bell")
+
+    async def publish(self, account_id: str, seq: int) -> None:
+        if self._task is not None and not self._connected:
+            raise BellUnavailable()  # known down: don't wait for a connect timeout on every append
+        try:
+            await self._publisher.publish(self._channel(account_id), f"{seq} {time.time():.6f}")
+        except redis.exceptions.RedisError as e:
+            raise BellUnavailable() from e
+
+    async def subscribe(self, account_id: str) -> None:
+        await super().subscribe(account_id)
+        channel = self._channel(account_id).encode()
+        confirmed = self._confirmations.get(channel)
+        if confirmed is None:
+            confirmed = self._confirmations[channel] = asyncio.get_running_loop().create_future()
+        if await self._send("SUBSCRIBE", channel):
+            # Once Redis confirms, every later publish reaches us. Not confirmed in time: the connection is
+            # failing, and the reconnect subscribes it again and then says RESYNC.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(confirmed), self._ping_seconds)
+
+    async def unsubscribe(self, account_id: str) -> None:
+        await super().unsubscribe(account_id)
+        await self._send("UNSUBSCRIBE", self._channel(account_id))
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        await self._publisher.aclose()
+        await self._pool.disconnect()
+
+    def _channel(self, account_id: str) -> str:
+        return f"{self._prefix}{account_id}"
+
+    async def _send(self, *args: str | bytes) -> bool:
+        """Send a command on the subscriber connection if it is up; whether it was sent."""
+        async with self._write:
+            conn = self._conn
+            # Checked with no await before the send: a connection the reader gave up on is never reopened here.
+            if conn is None or not conn.is_connected:
+                return False
+            try:
+                await conn.send_command(*args, check_health=False)
+            except (redis.exceptions.RedisError, OSError):
+                return False  # the reader sees the same failure and reconnects
+            return True
+
+    async def _keep_connected(self) -> None:
+        delay = self._backoff[0]
+        connects = 0
+        while True:
+            conn: AbstractConnection = self._pool.make_connection()  # type: ignore[no-untyped-call]
+            try:
+                await conn.connect()  # type: ignore[no-untyped-call]
+                self.reconnects, connects = connects, connects + 1
+                delay = self._backoff[0]
+                await self._listen(conn)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - whatever broke the connection, make a new one
+                if self._connected:
+                    log.warning("event bell lost Redis (%s); reconnecting", type(e).__name__)
+                else:
+                    log.debug("event bell: no Redis (%s); retrying in %.2f s", type(e).__name__, delay)
+            finally:
+                self._conn = None
+                if self._connected:
+                    self._resync()  # wakes the consumer, which polls from now on
+                self._connected = False
+                metrics.BELL_CONNECTED.set(0)
+                for confirmed in self._confirmations.values():
+                    if not confirmed.done():
+                        confirmed.set_result(None)  # nobody waits for a dead connection
+                self._confirmations.clear()
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(conn.disconnect(nowait=True))
+            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+            delay = min(delay * 2, self._backoff[1])
+
+    async def _listen(self, conn: AbstractConnection) -> None:
+        """Subscribe every account, then read rings until the connection fails."""
+        self._conn = conn
+        channels = [self._channel(account_id) for account_id in sorted(self.subscribed)]
+        if channels:
+            await conn.send_command("SUBSCRIBE", *channels, check_health=False)
+        # Its answer comes after every subscription's: from then on no ring is missed, so RESYNC then.
+        await conn.send_command("PING", "subscribed", check_health=False)
+        pinged: float | None = time.monotonic()
+        while True:
+            reply = await conn.read_response(timeout=self._ping_seconds, push_request=True)
+            if reply is None:
+                if pinged is not None and time.monotonic() - pinged > self._ping_seconds:
+                    raise ConnectionError("Redis did not answer PING")
+                if pinged is None and await self._send("PING", "alive"):
+                    pinged = time.monotonic()
+                continue
+            kind, channel, data = _parts(reply)
+            if kind == b"message" and channel is not None:
+                self._on_message(channel, data)
+            elif kind == b"pong":
+                pinged = None
+                if data == b"subscribed" and not self._connected:
+                    self._connected = True
+                    metrics.BELL_CONNECTED.set(1)
+                    self._resync()
+            elif kind == b"subscribe" and channel is not None:
+                confirmed = self._confirmations.pop(channel, None)
+                if confirmed is not None and not confirmed.done():
+                    confirmed.set_result(None)
+
+    def _on_message(self, channel: bytes, data: Any) -> None:
+        name = channel.decode(errors="replace")
+        if not name.startswith(self._prefix) or not isinstance(data, bytes):
+            return
+        seq_text, _, published = data.decode(errors="replace").partition(" ")
+        try:
+            ring = Ring(name.removeprefix(self._prefix), int(seq_text), float(published) if published else None)
+        except ValueError:
+            log.warning("event bell: a message that is not a ring ignored")
+            return
+        self._ring(ring)
+
+
+def _parts(reply: Any) -> tuple[bytes, bytes | None, Any]:
+    """(kind, channel, data) of a reply on a subscriber connection; a PING's answer is (b"pong", None, data)."""
+    if isinstance(reply, list) and reply:
+        kind = reply[0] if isinstance(reply[0], bytes) else str(reply[0]).encode()
+        if kind.lower() == b"pong":
+            return b"pong", None, reply[1] if len(reply) > 1 else b""
+        channel = reply[1] if len(reply) > 1 and isinstance(reply[1], bytes) else None
+        return kind, channel, reply[2] if len(reply) > 2 else None
+    if isinstance(reply, bytes):  # PING outside subscribed mode: its argument as a bulk string
+        return b"pong", None, reply
+    return b"", None, reply
