@@ -52,6 +52,11 @@ class Connection(ABC):
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]], /) -> Cursor:
         """Run one statement once for each row of parameters."""
 
+    @property
+    @abstractmethod
+    def in_transaction(self) -> bool:
+        """Whether a transaction is open (`Database.transaction`), not each statement its own."""
+
 
 class SchemaTooNew(Exception):
     """The database holds migrations newer than this code's: a newer server wrote it. Nothing was changed."""

@@ -130,6 +130,10 @@ class PostgresConnection(Connection):
             raise IntegrityError(e.diag.message_primary or "constraint violated") from e
         return cursor
 
+    @property
+    def in_transaction(self) -> bool:
+        return self.raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+
 
 class PostgresDatabase(Database):
     """A pool of connections to one PostgreSQL database, shared by every process of a deployment."""

@@ -41,6 +41,10 @@ class SqliteConnection(Connection):
         except sqlite3.IntegrityError as e:
             raise IntegrityError(str(e)) from e
 
+    @property
+    def in_transaction(self) -> bool:
+        return self.raw.in_transaction
+
 
 class SqliteDatabase(Database):
     """Async facade over one sqlite3 connection owned by a single worker thread."""

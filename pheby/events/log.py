@@ -76,13 +76,7 @@ class Truncated(Exception):
 
 def _require_transaction(conn: Connection) -> None:
     """Refuse to take a seq outside a transaction: the head row and the event must commit together."""
-    raw = getattr(conn, "raw", None)
-    in_transaction = getattr(raw, "in_transaction", None)  # sqlite3
-    if in_transaction is None:
-        info = getattr(raw, "info", None)  # psycopg
-        status = getattr(getattr(info, "transaction_status", None), "name", None)
-        in_transaction = None if status is None else status in ("ACTIVE", "INTRANS")
-    if in_transaction is False:
+    if not conn.in_transaction:
         raise RuntimeError("append needs the caller's transaction (Database.transaction)")
 
 
