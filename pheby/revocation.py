@@ -7,10 +7,11 @@ the server learns of it:
 - logout, in this process: `close_token` closes that token's sockets at once (and the next tick
   sweeps, as below);
 - expiry: each tick closes the sockets whose session has expired (known in memory, no query);
-- `pheby account disable|revoke`, from another process: the database's change marker moves when
-  another connection commits (SQLite's `PRAGMA data_version`; PostgreSQL has none, so there every tick
-  sweeps), so each tick costs one pragma, and only after such a change one sweep reads the accounts'
-  states and, in one query, which of the live connections' tokens still work. The sweep is repeated
+- `pheby account disable|revoke`, from another process: the database's credential marker moves
+  (`Database.credential_marker`: SQLite's `PRAGMA data_version`, which moves when another connection
+  commits; on PostgreSQL a row its triggers count credential changes in), so each tick costs one small
+  read, and only after such a change one sweep reads the accounts' states and, in one query, which of
+  the live connections' tokens still work. The sweep is repeated
   on the next tick, for a socket whose hello was judged just before the change but joined the hub
   just after.
 
@@ -115,14 +116,13 @@ class Revocations:
         """One tick: close expired sessions; after another process's commit, sweep. The first tick
         only learns the accounts' states."""
         if not self._started:
-            marker = await self._db.change_marker()  # first: a change after it shows on the next tick
+            marker = await self._db.credential_marker()  # first: a change after it shows on the next tick
             self._states, self._change_marker = await self._accounts.credential_states(), marker
             self._started = True
             return
         self._close_expired()
-        marker = await self._db.change_marker()
-        # An engine that can't tell (None) is swept every tick.
-        changed, self._change_marker = marker is None or marker != self._change_marker, marker
+        marker = await self._db.credential_marker()
+        changed, self._change_marker = marker != self._change_marker, marker
         if changed or self._recheck:
             self._recheck = changed
             await self._sweep()

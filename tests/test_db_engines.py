@@ -175,3 +175,34 @@ async def test_postgresql_stopped_answers_unavailable_and_service_returns_by_its
         # Nothing was acknowledged while it was down: the refused update did not happen.
         assert await db.run(lambda c: c.execute("SELECT disabled FROM accounts").fetchone()[0]) == 0
         await db.close()
+
+
+async def test_postgresql_credential_marker_moves_when_a_credential_may_end_and_only_then(postgres_url: str) -> None:
+    db = PostgresDatabase(postgres_url, pool_size=2)
+    await db.open()
+    await account(db)
+    await db.run(
+        lambda c: c.execute(
+            "INSERT INTO auth_tokens (id, account_id, token_sha256, kind, created_at) VALUES ('t', 'a1', 'd', 'api', 0)"
+        )
+    )
+    unchanged = await db.credential_marker()
+    await db.run(lambda c: c.execute("UPDATE auth_tokens SET last_used_at = 5 WHERE id = 't'"))
+    await db.run(lambda c: c.execute("UPDATE accounts SET media_roots = 'x' WHERE id = 'a1'"))
+    assert await db.credential_marker() == unchanged  # use and settings end nothing
+    moves = [
+        "UPDATE auth_tokens SET revoked_at = 6 WHERE id = 't'",
+        "UPDATE accounts SET disabled = 1 WHERE id = 'a1'",
+        "UPDATE accounts SET credentials_revoked_at = 7 WHERE id = 'a1'",
+        "DELETE FROM auth_tokens WHERE id = 't'",
+        "DELETE FROM accounts WHERE id = 'a1'",
+    ]
+    for statement in moves:
+        before = await db.credential_marker()
+
+        def change(c: Connection, statement: str = statement) -> None:
+            c.execute(statement)
+
+        await db.run(change)
+        assert await db.credential_marker() > before, statement
+    await db.close()

@@ -105,5 +105,7 @@ class Database(ABC):
         raises; `durable`: on disk when this returns, even if the machine goes down."""
 
     @abstractmethod
-    async def change_marker(self) -> int | None:
-        """A number that moves when another process commits (None: this engine can't tell, assume it did)."""
+    async def credential_marker(self) -> int:
+        """A number that moves whenever another process may have ended a credential (SQLite: any commit of
+        another connection; PostgreSQL: an account disabled, revoked or removed, a token revoked or
+        removed), so that `pheby.revocation` sweeps the live sockets only then."""

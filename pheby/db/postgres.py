@@ -197,8 +197,9 @@ class PostgresDatabase(Database):
 
         return await self._submit(call)
 
-    async def change_marker(self) -> int | None:
-        return None
+    async def credential_marker(self) -> int:
+        """The `credential_changes` row its triggers count in (a change by this process moves it too)."""
+        return await self.run(lambda c: int(c.execute("SELECT version FROM credential_changes").fetchone()[0]))
 
     async def _submit(self, fn: Callable[[], T]) -> T:
         try:

@@ -120,7 +120,7 @@ class SqliteDatabase(Database):
 
         return await self._submit(wrapped)
 
-    async def change_marker(self) -> int | None:
+    async def credential_marker(self) -> int:
         """`PRAGMA data_version`: it moves when another connection (a `pheby account` command) commits."""
         return await self._submit(lambda: int(self._connection().raw.execute("PRAGMA data_version").fetchone()[0]))
 

@@ -1,0 +1,2 @@
+-- What changes a live socket's right to stay open: on SQLite nothing needs keeping, as
+-- `PRAGMA data_version` already moves when another connection commits (`pheby.revocation`).
