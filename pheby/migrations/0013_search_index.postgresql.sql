@@ -61,7 +61,10 @@ CREATE TABLE search_index (
 CREATE INDEX search_index_terms ON search_index USING gin (terms);
 CREATE INDEX search_index_pending ON search_index (id) WHERE terms IS NULL;
 
--- The totals BM25's average row length is read from (FTS5 keeps the same), of the rows with terms.
+-- The totals BM25's average row length is read from (FTS5 keeps the same), of the rows with terms. They are
+-- kept per statement, from its transition tables: one update of the totals however many rows a statement
+-- writes (`index_pending` writes all of a transaction's pending rows in one), none when no row's length
+-- changed (a new row is pending: it has none yet).
 CREATE TABLE search_totals (
     only_row BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (only_row),
     documents BIGINT NOT NULL,
@@ -72,22 +75,28 @@ CREATE FUNCTION search_count() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     added_documents BIGINT := 0;
     added_tokens BIGINT := 0;
+    removed_documents BIGINT := 0;
+    removed_tokens BIGINT := 0;
 BEGIN
-    IF TG_OP <> 'DELETE' AND NEW.length IS NOT NULL THEN
-        added_documents := added_documents + 1;
-        added_tokens := added_tokens + NEW.length;
+    IF TG_OP <> 'DELETE' THEN
+        SELECT count(length), COALESCE(sum(length), 0) INTO added_documents, added_tokens FROM new_rows;
     END IF;
-    IF TG_OP <> 'INSERT' AND OLD.length IS NOT NULL THEN
-        added_documents := added_documents - 1;
-        added_tokens := added_tokens - OLD.length;
+    IF TG_OP <> 'INSERT' THEN
+        SELECT count(length), COALESCE(sum(length), 0) INTO removed_documents, removed_tokens FROM old_rows;
     END IF;
-    IF added_documents <> 0 OR added_tokens <> 0 THEN
-        UPDATE search_totals SET documents = documents + added_documents, tokens = tokens + added_tokens;
+    IF added_documents <> removed_documents OR added_tokens <> removed_tokens THEN
+        UPDATE search_totals
+        SET documents = documents + added_documents - removed_documents,
+            tokens = tokens + added_tokens - removed_tokens;
     END IF;
     RETURN NULL;
 END $$;
-CREATE TRIGGER search_count AFTER INSERT OR DELETE OR UPDATE OF length ON search_index
-FOR EACH ROW EXECUTE FUNCTION search_count();
+CREATE TRIGGER search_count_inserted AFTER INSERT ON search_index
+REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION search_count();
+CREATE TRIGGER search_count_updated AFTER UPDATE ON search_index
+REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION search_count();
+CREATE TRIGGER search_count_deleted AFTER DELETE ON search_index
+REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION search_count();
 
 -- The next free row of an account's label range ([n × 2^40 + 2^39, (n + 1) × 2^40)).
 CREATE FUNCTION search_next_label_row(account TEXT) RETURNS BIGINT LANGUAGE sql STABLE AS $$
@@ -130,21 +139,22 @@ END $$;
 CREATE TRIGGER search_message_row BEFORE INSERT ON history_log
 FOR EACH ROW EXECUTE FUNCTION search_message_row();
 
+-- Indexed (and forgotten) per statement: a statement logging many messages adds their rows in one insert.
 CREATE FUNCTION search_message_logged() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO search_index (id) VALUES (NEW.id);
+    INSERT INTO search_index (id) SELECT id FROM new_rows;
     RETURN NULL;
 END $$;
 CREATE TRIGGER search_message_logged AFTER INSERT ON history_log
-FOR EACH ROW EXECUTE FUNCTION search_message_logged();
+REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION search_message_logged();
 
 CREATE FUNCTION search_message_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    DELETE FROM search_index WHERE id = OLD.id;
+    DELETE FROM search_index WHERE id IN (SELECT id FROM old_rows);
     RETURN NULL;
 END $$;
 CREATE TRIGGER search_message_deleted AFTER DELETE ON history_log
-FOR EACH ROW EXECUTE FUNCTION search_message_deleted();
+REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION search_message_deleted();
 
 -- Conversation names. A deleted conversation takes its name and its attachments' rows along (the
 -- attachments themselves stay until they expire); its messages go with history_log's cascade.

@@ -31,7 +31,7 @@ LEXEME_MAX_BYTES: Final = 2046  # PostgreSQL's longest lexeme (a longer word is 
 POSITION_MAX: Final = 16383  # PostgreSQL's last position: later words are kept there (found, not in phrases)
 POSITIONS_MAX: Final = 256  # positions a lexeme keeps in a tsvector
 TSVECTOR_MAX_BYTES: Final = 1_000_000  # a tsvector's lexemes, at most (PostgreSQL refuses over 1 MiB)
-PENDING_BATCH: Final = 500
+PENDING_BATCH: Final = 10_000  # rows written by one statement (a backfill takes several)
 
 
 def is_message(rowid: int) -> bool:
@@ -56,23 +56,28 @@ def wanted(conn: Connection, rowids: Iterable[int]) -> Wanted:
 def document_texts(conn: Connection, rowids: Sequence[int]) -> dict[int, str]:
     """The text each index row was made of (a message, a conversation's name, an attachment's name and
     text), by rowid; a row gone meanwhile is missing."""
-    messages = wanted(conn, [r for r in rowids if is_message(r)])
-    labels = wanted(conn, [r for r in rowids if not is_message(r)])
-    found: dict[int, str] = dict(
-        conn.execute(
-            f"SELECT h.id, h.text FROM {messages.table} {messages.join} history_log h ON h.id = wanted.value",  # noqa: S608
-            (messages.parameter,),
-        ).fetchall()
-    )
-    found.update(
-        conn.execute(
-            "SELECT l.id, CASE WHEN l.attachment_id IS NULL THEN c.name "  # noqa: S608 - `wanted`'s constant SQL
-            "ELSE a.filename || ? || a.extracted_text END "
-            f"FROM {labels.table} {labels.join} search_labels l ON l.id = wanted.value "
-            "JOIN conversations c ON c.id = l.conversation_id LEFT JOIN attachments a ON a.id = l.attachment_id",
-            ("\n", labels.parameter),
-        ).fetchall()
-    )
+    message_rows = [r for r in rowids if is_message(r)]
+    label_rows = [r for r in rowids if not is_message(r)]
+    found: dict[int, str] = {}
+    if message_rows:
+        messages = wanted(conn, message_rows)
+        found.update(
+            conn.execute(
+                f"SELECT h.id, h.text FROM {messages.table} {messages.join} history_log h ON h.id = wanted.value",  # noqa: S608
+                (messages.parameter,),
+            ).fetchall()
+        )
+    if label_rows:
+        labels = wanted(conn, label_rows)
+        found.update(
+            conn.execute(
+                "SELECT l.id, CASE WHEN l.attachment_id IS NULL THEN c.name "  # noqa: S608 - `wanted`'s constant SQL
+                "ELSE a.filename || ? || a.extracted_text END "
+                f"FROM {labels.table} {labels.join} search_labels l ON l.id = wanted.value "
+                "JOIN conversations c ON c.id = l.conversation_id LEFT JOIN attachments a ON a.id = l.attachment_id",
+                ("\n", labels.parameter),
+            ).fetchall()
+        )
     return {rowid: text for rowid, text in found.items() if text is not None}
 
 
@@ -103,7 +108,10 @@ def terms(text: str) -> tuple[str, int]:
 
 
 def index_pending(conn: Connection) -> int:
-    """Give pending index rows their terms (PostgreSQL; SQLite's triggers index as they write): how many."""
+    """Give pending index rows their terms (PostgreSQL; SQLite's triggers index as they write): how many.
+
+    One UPDATE writes them all (up to `PENDING_BATCH` at a time, for a backfill), the terms, lengths and
+    ids bound as three arrays: so the totals' statement trigger updates `search_totals` once."""
     if conn.engine != "postgresql":
         return 0
     done = 0
@@ -117,6 +125,12 @@ def index_pending(conn: Connection) -> int:
         if not rowids:
             return done
         texts = document_texts(conn, rowids)
-        rows = [(*terms(texts.get(rowid, "")), rowid) for rowid in rowids]
-        conn.executemany("UPDATE search_index SET terms = ?::tsvector, length = ? WHERE id = ?", rows)
-        done += len(rows)
+        made = [terms(texts.get(rowid, "")) for rowid in rowids]
+        conn.execute(
+            "UPDATE search_index s SET terms = v.terms::tsvector, length = v.length "
+            "FROM unnest(?::bigint[], ?::text[], ?::integer[]) v (id, terms, length) WHERE s.id = v.id",
+            (rowids, [literal for literal, _ in made], [length for _, length in made]),
+        )
+        done += len(rowids)
+        if len(rowids) < PENDING_BATCH:
+            return done
