@@ -6,6 +6,7 @@ and cast, not parsed by a text search configuration: its lexemes are the index's
 """
 
 from collections.abc import Sequence
+from typing import Final
 
 from pheby.db import Connection, Database
 from pheby.search.documents import index_pending, quoted, wanted
@@ -23,6 +24,10 @@ def tsquery(query: SearchQuery) -> str:
     return " & ".join(f"({term_tsquery(term)})" for term in query.terms)
 
 
+SLICE_FIRST: Final = 1024  # ids of the newest slice a search reads, at least
+SLICE_PER_MATCH: Final = 4  # …or this many per match wanted
+
+
 class PostgresIndex(IndexEngine):
     def __init__(self, db: Database) -> None:
         db.add_commit_step(index_pending)  # every writer's transaction indexes what it wrote
@@ -33,11 +38,33 @@ class PostgresIndex(IndexEngine):
             await db.transaction(index_pending)
 
     def matching(self, conn: Connection, query: SearchQuery, low: int, high: int, limit: int) -> list[int]:
-        rows = conn.execute(
-            "SELECT id FROM search_index WHERE terms @@ ?::tsquery AND id >= ? AND id < ? ORDER BY id DESC LIMIT ?",
-            (tsquery(query), low, high, limit),
-        ).fetchall()
-        return [rowid for (rowid,) in rows]
+        """Newest slice first: the rows under `high` are read in slices of ids, each older than the last and
+        larger (by the share of matches found so far), until `limit` matches are found or `low` is reached.
+        A slice's plan intersects the GIN index's rows of the query with the key's id range (or, for a
+        narrow slice, walks the key and tests each row), so a common term reads about `limit` of its rows,
+        not all the partition holds. A slice starts at the newest row under the last (the key's max), so
+        the gap between the account's message and label ranges costs nothing."""
+        expression = tsquery(query)
+        found: list[int] = []
+        span = max(SLICE_FIRST, limit * SLICE_PER_MATCH)
+        while len(found) < limit:
+            top = conn.execute("SELECT max(id) FROM search_index WHERE id >= ? AND id < ?", (low, high)).fetchone()[0]
+            if top is None:
+                break
+            bottom = max(low, int(top) - span + 1)
+            rows = conn.execute(
+                "SELECT id FROM search_index WHERE id BETWEEN ? AND ? AND terms @@ ?::tsquery ORDER BY id DESC LIMIT ?",
+                (bottom, int(top), expression, limit - len(found)),
+            ).fetchall()
+            found.extend(rowid for (rowid,) in rows)
+            if bottom <= low:
+                break
+            high = bottom
+            # The next slice: twice as wide, or as wide as the matches found so far say the rest needs.
+            read = int(top) - bottom + 1
+            wanted_more = limit - len(found)
+            span = max(2 * span, (wanted_more * read // len(rows)) * 5 // 4 if rows else 0)
+        return found
 
     def lengths(self, conn: Connection, rowids: Sequence[int]) -> dict[int, int]:
         ids = wanted(conn, rowids)
