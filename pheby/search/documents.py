@@ -9,7 +9,7 @@ conversation names and attachments (search_labels) above; its text is read from 
 Tokenizing is Python's (`pheby.search.tokens`, the rule of FTS5's `unicode61 remove_diacritics 2`). SQLite's
 FTS5 applies that rule itself, in the triggers. PostgreSQL can't: its parser and lower() follow the
 database's locale, and would split and fold other text differently from the query's words. So there a
-trigger leaves a new or changed row pending (terms NULL), and `index_pending` writes its terms, made here,
+trigger queues a new or changed row (search_pending), and `index_pending` writes its terms, made here,
 as a tsvector literal (the lexemes and positions as they are, no PostgreSQL parser in between). It runs at
 the end of every transaction, before the commit (`Database.add_commit_step`, which the PostgreSQL search
 engine registers): so a write's terms are committed with it, and the stores, which know nothing of the
@@ -108,28 +108,29 @@ def terms(text: str) -> tuple[str, int]:
 
 
 def index_pending(conn: Connection) -> int:
-    """Give pending index rows their terms (PostgreSQL; SQLite's triggers index as they write): how many.
+    """Write the terms of the queued index rows (PostgreSQL; SQLite's triggers index as they write): how many.
 
-    One UPDATE writes them all (up to `PENDING_BATCH` at a time, for a backfill), the terms, lengths and
-    ids bound as three arrays: so the totals' statement trigger updates `search_totals` once."""
+    One statement writes them all (up to `PENDING_BATCH` at a time, for a backfill) and takes them off the
+    queue, their ids, terms and lengths bound as three arrays: so the totals' statement trigger updates
+    `search_totals` once."""
     if conn.engine != "postgresql":
         return 0
     done = 0
     while True:
         rowids = [
-            r[0]
-            for r in conn.execute(
-                "SELECT id FROM search_index WHERE terms IS NULL ORDER BY id LIMIT ?", (PENDING_BATCH,)
-            ).fetchall()
+            r[0] for r in conn.execute("SELECT id FROM search_pending ORDER BY id LIMIT ?", (PENDING_BATCH,)).fetchall()
         ]
         if not rowids:
             return done
         texts = document_texts(conn, rowids)
         made = [terms(texts.get(rowid, "")) for rowid in rowids]
         conn.execute(
-            "UPDATE search_index s SET terms = v.terms::tsvector, length = v.length "
-            "FROM unnest(?::bigint[], ?::text[], ?::integer[]) v (id, terms, length) WHERE s.id = v.id",
-            (rowids, [literal for literal, _ in made], [length for _, length in made]),
+            "WITH done AS (DELETE FROM search_pending WHERE id = ANY(?::bigint[])) "
+            "INSERT INTO search_index (id, terms, length) "
+            "SELECT v.id, v.terms::tsvector, v.length "
+            "FROM unnest(?::bigint[], ?::text[], ?::integer[]) v (id, terms, length) "
+            "ON CONFLICT (id) DO UPDATE SET terms = excluded.terms, length = excluded.length",
+            (rowids, rowids, [literal for literal, _ in made], [length for _, length in made]),
         )
         done += len(rowids)
         if len(rowids) < PENDING_BATCH:

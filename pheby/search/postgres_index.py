@@ -34,7 +34,7 @@ class PostgresIndex(IndexEngine):
 
     async def prepare(self, db: Database) -> None:
         """Terms for rows a write outside the stores left pending (the stores index their own)."""
-        if await db.run(lambda c: c.execute("SELECT 1 FROM search_index WHERE terms IS NULL LIMIT 1").fetchone()):
+        if await db.run(lambda c: c.execute("SELECT 1 FROM search_pending LIMIT 1").fetchone()):
             await db.transaction(index_pending)
 
     def matching(self, conn: Connection, query: SearchQuery, low: int, high: int, limit: int) -> list[int]:
@@ -69,8 +69,7 @@ class PostgresIndex(IndexEngine):
     def lengths(self, conn: Connection, rowids: Sequence[int]) -> dict[int, int]:
         ids = wanted(conn, rowids)
         rows = conn.execute(
-            f"SELECT i.id, i.length FROM {ids.table} {ids.join} search_index i ON i.id = wanted.value "  # noqa: S608
-            "WHERE i.length IS NOT NULL",
+            f"SELECT i.id, i.length FROM {ids.table} {ids.join} search_index i ON i.id = wanted.value",  # noqa: S608
             (ids.parameter,),
         )
         return {int(rowid): int(length) for rowid, length in rows}
