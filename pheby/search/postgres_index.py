@@ -1,8 +1,9 @@
 """The index on PostgreSQL: the table `search_index` (pheby/migrations/0013_search_index.postgresql.sql) of
 each row's terms as a tsvector, with a GIN index; its terms are written from Python's tokens
-(`pheby.search.documents`). A query is the grammar's terms as a tsquery literal (`tsquery`): the words
-quoted, `<->` between a phrase's words, `:*` after a prefix, `&` between terms. It is bound as a parameter
-and cast, not parsed by a text search configuration: its lexemes are the index's, folded the same way.
+(`pheby.search.documents`). Matches are read newest slice of ids first (`PostgresIndex.matching`). A query
+is the grammar's terms as a tsquery literal (`tsquery`): the words quoted, `<->` between a phrase's words,
+`:*` after a prefix, `&` between terms. It is bound as a parameter and cast, not parsed by a text search
+configuration: its lexemes are the index's, folded the same way.
 """
 
 from collections.abc import Sequence
