@@ -27,6 +27,7 @@ def tsquery(query: SearchQuery) -> str:
 
 SLICE_FIRST: Final = 1024  # ids of the newest slice a search reads, at least
 SLICE_PER_MATCH: Final = 4  # …or this many per match wanted
+SLICE_GROWTH_EMPTY: Final = 8  # how much wider the next slice is when one held no match
 
 
 class PostgresIndex(IndexEngine):
@@ -61,10 +62,13 @@ class PostgresIndex(IndexEngine):
             if bottom <= low:
                 break
             high = bottom
-            # The next slice: twice as wide, or as wide as the matches found so far say the rest needs.
-            read = int(top) - bottom + 1
-            wanted_more = limit - len(found)
-            span = max(2 * span, (wanted_more * read // len(rows)) * 5 // 4 if rows else 0)
+            # The next slice: twice as wide, or as wide as this one's share of matches says the rest needs
+            # (none found: `SLICE_GROWTH_EMPTY` times as wide, soon the whole partition, read by the GIN index).
+            if rows:
+                needed = (limit - len(found)) * (int(top) - bottom + 1) // len(rows)
+                span = max(2 * span, needed * 5 // 4)
+            else:
+                span *= SLICE_GROWTH_EMPTY
         return found
 
     def lengths(self, conn: Connection, rowids: Sequence[int]) -> dict[int, int]:
