@@ -9,9 +9,11 @@
 -- (a logged message, a new, renamed or deleted conversation, an attachment claimed, tombstoned or deleted,
 -- an account removed), with the conditions of SQLite's. What they cannot do is tokenize: the terms are
 -- Python's (`pheby.search.tokens`, as FTS5's unicode61 would give them), which PostgreSQL's own parser and
--- lower() (locale-dependent) would not reproduce. So a new or changed row is left pending (terms NULL),
--- and `pheby.search.documents.index_pending` writes its terms as a tsvector literal: the stores call it in
--- the writing transaction, and a search calls it before it reads, for rows a write outside the stores left.
+-- lower() (locale-dependent) would not reproduce. So a new or changed row is queued (search_pending; a
+-- changed one taken out of the index meanwhile), and `pheby.search.documents.index_pending` writes its
+-- terms as a tsvector literal: the stores call it in the writing transaction, and a search calls it before
+-- it reads, for rows a write outside the stores left. A row of search_index is written once, with its
+-- terms: no version of it without them is left behind for VACUUM, in the table or its indexes.
 
 ALTER TABLE history_log DROP CONSTRAINT history_log_pkey;
 ALTER TABLE history_log ADD COLUMN id BIGINT;
@@ -52,16 +54,22 @@ CREATE TABLE search_labels (
 );
 CREATE INDEX search_labels_conversation ON search_labels (conversation_id);
 
--- The index: a row's terms (NULL: pending, see above) and its length in tokens (BM25's, `pheby.search`).
+-- The index: a row's terms and its length in tokens (BM25's, `pheby.search`).
 CREATE TABLE search_index (
     id BIGINT PRIMARY KEY,               -- history_log's id, or search_labels'
-    terms TSVECTOR,
-    length INTEGER
+    terms TSVECTOR NOT NULL,
+    length INTEGER NOT NULL
 );
 CREATE INDEX search_index_terms ON search_index USING gin (terms);
-CREATE INDEX search_index_pending ON search_index (id) WHERE terms IS NULL;
 
--- The totals BM25's average row length is read from (FTS5 keeps the same), of the rows with terms.
+-- The rows whose terms are to be written (see above). Small, so vacuumed often: finding them stays cheap.
+CREATE TABLE search_pending (
+    id BIGINT PRIMARY KEY
+);
+
+-- The totals BM25's average row length is read from (FTS5 keeps the same), of the rows with terms. They are
+-- kept per statement, from its transition tables: one update of the totals however many rows a statement
+-- writes (`index_pending` writes all of a transaction's pending rows in one), none when it changed none.
 CREATE TABLE search_totals (
     only_row BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (only_row),
     documents BIGINT NOT NULL,
@@ -72,22 +80,28 @@ CREATE FUNCTION search_count() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     added_documents BIGINT := 0;
     added_tokens BIGINT := 0;
+    removed_documents BIGINT := 0;
+    removed_tokens BIGINT := 0;
 BEGIN
-    IF TG_OP <> 'DELETE' AND NEW.length IS NOT NULL THEN
-        added_documents := added_documents + 1;
-        added_tokens := added_tokens + NEW.length;
+    IF TG_OP <> 'DELETE' THEN
+        SELECT count(*), COALESCE(sum(length), 0) INTO added_documents, added_tokens FROM new_rows;
     END IF;
-    IF TG_OP <> 'INSERT' AND OLD.length IS NOT NULL THEN
-        added_documents := added_documents - 1;
-        added_tokens := added_tokens - OLD.length;
+    IF TG_OP <> 'INSERT' THEN
+        SELECT count(*), COALESCE(sum(length), 0) INTO removed_documents, removed_tokens FROM old_rows;
     END IF;
-    IF added_documents <> 0 OR added_tokens <> 0 THEN
-        UPDATE search_totals SET documents = documents + added_documents, tokens = tokens + added_tokens;
+    IF added_documents <> removed_documents OR added_tokens <> removed_tokens THEN
+        UPDATE search_totals
+        SET documents = documents + added_documents - removed_documents,
+            tokens = tokens + added_tokens - removed_tokens;
     END IF;
     RETURN NULL;
 END $$;
-CREATE TRIGGER search_count AFTER INSERT OR DELETE OR UPDATE OF length ON search_index
-FOR EACH ROW EXECUTE FUNCTION search_count();
+CREATE TRIGGER search_count_inserted AFTER INSERT ON search_index
+REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION search_count();
+CREATE TRIGGER search_count_updated AFTER UPDATE ON search_index
+REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION search_count();
+CREATE TRIGGER search_count_deleted AFTER DELETE ON search_index
+REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION search_count();
 
 -- The next free row of an account's label range ([n × 2^40 + 2^39, (n + 1) × 2^40)).
 CREATE FUNCTION search_next_label_row(account TEXT) RETURNS BIGINT LANGUAGE sql STABLE AS $$
@@ -110,7 +124,7 @@ FROM (
       AND (a.direction = 'outbound' OR a.claimed_at IS NOT NULL)
 ) s
 JOIN search_partitions p ON p.account_id = s.account_id;
-INSERT INTO search_index (id) SELECT id FROM history_log UNION ALL SELECT id FROM search_labels;
+INSERT INTO search_pending (id) SELECT id FROM history_log UNION ALL SELECT id FROM search_labels;
 
 -- Messages: a new one is numbered in its account's message range (whatever id the insert named), then
 -- indexed under it.
@@ -130,28 +144,30 @@ END $$;
 CREATE TRIGGER search_message_row BEFORE INSERT ON history_log
 FOR EACH ROW EXECUTE FUNCTION search_message_row();
 
+-- Indexed (and forgotten) per statement: a statement logging many messages adds their rows in one insert.
 CREATE FUNCTION search_message_logged() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO search_index (id) VALUES (NEW.id);
+    INSERT INTO search_pending (id) SELECT id FROM new_rows;
     RETURN NULL;
 END $$;
 CREATE TRIGGER search_message_logged AFTER INSERT ON history_log
-FOR EACH ROW EXECUTE FUNCTION search_message_logged();
+REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION search_message_logged();
 
 CREATE FUNCTION search_message_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    DELETE FROM search_index WHERE id = OLD.id;
+    DELETE FROM search_index WHERE id IN (SELECT id FROM old_rows);
+    DELETE FROM search_pending WHERE id IN (SELECT id FROM old_rows);
     RETURN NULL;
 END $$;
 CREATE TRIGGER search_message_deleted AFTER DELETE ON history_log
-FOR EACH ROW EXECUTE FUNCTION search_message_deleted();
+REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION search_message_deleted();
 
 -- Conversation names. A deleted conversation takes its name and its attachments' rows along (the
 -- attachments themselves stay until they expire); its messages go with history_log's cascade.
 CREATE FUNCTION search_conversation_created() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO search_labels (id, conversation_id) VALUES (search_next_label_row(NEW.account_id), NEW.id);
-    INSERT INTO search_index (id)
+    INSERT INTO search_pending (id)
     SELECT id FROM search_labels WHERE conversation_id = NEW.id AND attachment_id IS NULL;
     RETURN NULL;
 END $$;
@@ -160,8 +176,11 @@ FOR EACH ROW EXECUTE FUNCTION search_conversation_created();
 
 CREATE FUNCTION search_conversation_renamed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    UPDATE search_index SET terms = NULL, length = NULL
+    DELETE FROM search_index
     WHERE id IN (SELECT id FROM search_labels WHERE conversation_id = NEW.id AND attachment_id IS NULL);
+    INSERT INTO search_pending (id)
+    SELECT id FROM search_labels WHERE conversation_id = NEW.id AND attachment_id IS NULL
+    ON CONFLICT DO NOTHING;
     RETURN NULL;
 END $$;
 CREATE TRIGGER search_conversation_renamed AFTER UPDATE OF name ON conversations
@@ -170,6 +189,7 @@ FOR EACH ROW WHEN (OLD.name IS DISTINCT FROM NEW.name) EXECUTE FUNCTION search_c
 CREATE FUNCTION search_conversation_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     DELETE FROM search_index WHERE id IN (SELECT id FROM search_labels WHERE conversation_id = OLD.id);
+    DELETE FROM search_pending WHERE id IN (SELECT id FROM search_labels WHERE conversation_id = OLD.id);
     DELETE FROM search_labels WHERE conversation_id = OLD.id;
     RETURN NULL;
 END $$;
@@ -181,6 +201,7 @@ FOR EACH ROW EXECUTE FUNCTION search_conversation_deleted();
 CREATE FUNCTION search_attachment_forget(attachment TEXT) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
     DELETE FROM search_index WHERE id IN (SELECT id FROM search_labels WHERE attachment_id = attachment);
+    DELETE FROM search_pending WHERE id IN (SELECT id FROM search_labels WHERE attachment_id = attachment);
     DELETE FROM search_labels WHERE attachment_id = attachment;
 END $$;
 
@@ -195,7 +216,7 @@ BEGIN
     THEN
         INSERT INTO search_labels (id, conversation_id, attachment_id)
         VALUES (search_next_label_row(NEW.account_id), NEW.conversation_id, NEW.id);
-        INSERT INTO search_index (id) SELECT id FROM search_labels WHERE attachment_id = NEW.id;
+        INSERT INTO search_pending (id) SELECT id FROM search_labels WHERE attachment_id = NEW.id;
     END IF;
     RETURN NULL;
 END $$;

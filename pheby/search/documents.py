@@ -9,7 +9,7 @@ conversation names and attachments (search_labels) above; its text is read from 
 Tokenizing is Python's (`pheby.search.tokens`, the rule of FTS5's `unicode61 remove_diacritics 2`). SQLite's
 FTS5 applies that rule itself, in the triggers. PostgreSQL can't: its parser and lower() follow the
 database's locale, and would split and fold other text differently from the query's words. So there a
-trigger leaves a new or changed row pending (terms NULL), and `index_pending` writes its terms, made here,
+trigger queues a new or changed row (search_pending), and `index_pending` writes its terms, made here,
 as a tsvector literal (the lexemes and positions as they are, no PostgreSQL parser in between). It runs at
 the end of every transaction, before the commit (`Database.add_commit_step`, which the PostgreSQL search
 engine registers): so a write's terms are committed with it, and the stores, which know nothing of the
@@ -31,7 +31,7 @@ LEXEME_MAX_BYTES: Final = 2046  # PostgreSQL's longest lexeme (a longer word is 
 POSITION_MAX: Final = 16383  # PostgreSQL's last position: later words are kept there (found, not in phrases)
 POSITIONS_MAX: Final = 256  # positions a lexeme keeps in a tsvector
 TSVECTOR_MAX_BYTES: Final = 1_000_000  # a tsvector's lexemes, at most (PostgreSQL refuses over 1 MiB)
-PENDING_BATCH: Final = 500
+PENDING_BATCH: Final = 10_000  # rows written by one statement (a backfill takes several)
 
 
 def is_message(rowid: int) -> bool:
@@ -56,23 +56,28 @@ def wanted(conn: Connection, rowids: Iterable[int]) -> Wanted:
 def document_texts(conn: Connection, rowids: Sequence[int]) -> dict[int, str]:
     """The text each index row was made of (a message, a conversation's name, an attachment's name and
     text), by rowid; a row gone meanwhile is missing."""
-    messages = wanted(conn, [r for r in rowids if is_message(r)])
-    labels = wanted(conn, [r for r in rowids if not is_message(r)])
-    found: dict[int, str] = dict(
-        conn.execute(
-            f"SELECT h.id, h.text FROM {messages.table} {messages.join} history_log h ON h.id = wanted.value",  # noqa: S608
-            (messages.parameter,),
-        ).fetchall()
-    )
-    found.update(
-        conn.execute(
-            "SELECT l.id, CASE WHEN l.attachment_id IS NULL THEN c.name "  # noqa: S608 - `wanted`'s constant SQL
-            "ELSE a.filename || ? || a.extracted_text END "
-            f"FROM {labels.table} {labels.join} search_labels l ON l.id = wanted.value "
-            "JOIN conversations c ON c.id = l.conversation_id LEFT JOIN attachments a ON a.id = l.attachment_id",
-            ("\n", labels.parameter),
-        ).fetchall()
-    )
+    message_rows = [r for r in rowids if is_message(r)]
+    label_rows = [r for r in rowids if not is_message(r)]
+    found: dict[int, str] = {}
+    if message_rows:
+        messages = wanted(conn, message_rows)
+        found.update(
+            conn.execute(
+                f"SELECT h.id, h.text FROM {messages.table} {messages.join} history_log h ON h.id = wanted.value",  # noqa: S608
+                (messages.parameter,),
+            ).fetchall()
+        )
+    if label_rows:
+        labels = wanted(conn, label_rows)
+        found.update(
+            conn.execute(
+                "SELECT l.id, CASE WHEN l.attachment_id IS NULL THEN c.name "  # noqa: S608 - `wanted`'s constant SQL
+                "ELSE a.filename || ? || a.extracted_text END "
+                f"FROM {labels.table} {labels.join} search_labels l ON l.id = wanted.value "
+                "JOIN conversations c ON c.id = l.conversation_id LEFT JOIN attachments a ON a.id = l.attachment_id",
+                ("\n", labels.parameter),
+            ).fetchall()
+        )
     return {rowid: text for rowid, text in found.items() if text is not None}
 
 
@@ -103,20 +108,30 @@ def terms(text: str) -> tuple[str, int]:
 
 
 def index_pending(conn: Connection) -> int:
-    """Give pending index rows their terms (PostgreSQL; SQLite's triggers index as they write): how many."""
+    """Write the terms of the queued index rows (PostgreSQL; SQLite's triggers index as they write): how many.
+
+    One statement writes them all (up to `PENDING_BATCH` at a time, for a backfill) and takes them off the
+    queue, their ids, terms and lengths bound as three arrays: so the totals' statement trigger updates
+    `search_totals` once."""
     if conn.engine != "postgresql":
         return 0
     done = 0
     while True:
         rowids = [
-            r[0]
-            for r in conn.execute(
-                "SELECT id FROM search_index WHERE terms IS NULL ORDER BY id LIMIT ?", (PENDING_BATCH,)
-            ).fetchall()
+            r[0] for r in conn.execute("SELECT id FROM search_pending ORDER BY id LIMIT ?", (PENDING_BATCH,)).fetchall()
         ]
         if not rowids:
             return done
         texts = document_texts(conn, rowids)
-        rows = [(*terms(texts.get(rowid, "")), rowid) for rowid in rowids]
-        conn.executemany("UPDATE search_index SET terms = ?::tsvector, length = ? WHERE id = ?", rows)
-        done += len(rows)
+        made = [terms(texts.get(rowid, "")) for rowid in rowids]
+        conn.execute(
+            "WITH done AS (DELETE FROM search_pending WHERE id = ANY(?::bigint[])) "
+            "INSERT INTO search_index (id, terms, length) "
+            "SELECT v.id, v.terms::tsvector, v.length "
+            "FROM unnest(?::bigint[], ?::text[], ?::integer[]) v (id, terms, length) "
+            "ON CONFLICT (id) DO UPDATE SET terms = excluded.terms, length = excluded.length",
+            (rowids, rowids, [literal for literal, _ in made], [length for _, length in made]),
+        )
+        done += len(rowids)
+        if len(rowids) < PENDING_BATCH:
+            return done
