@@ -27,7 +27,7 @@ from tests.live_server import LiveServer, hermes_settings
 from tests.passwords import PASSWORD, fast_accounts
 from tests.ws_client import PhebyClient
 
-pytestmark = [pytest.mark.anyio, pytest.mark.both_engines]
+pytestmark = pytest.mark.anyio
 OWNER: Final = {"Authorization": f"Bearer {TEST_SECRET}"}
 TASK_FIELDS: Final = frozenset(
     {"id", "name", "schedule", "prompt", "enabled", "repeat", "created_at", "last_run_at", "next_run_at"}
