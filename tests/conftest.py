@@ -30,6 +30,7 @@ pytest_plugins: list[str] = [
     "tests.browser",
     "tests.tcp_proxy",
     "tests.push_service",
+    "tests.database",
 ]
 
 TEST_SECRET = "test-owner-secret-0123456789abcdef"

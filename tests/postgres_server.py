@@ -17,7 +17,6 @@ databases), ``postgres_url`` makes its databases there and no server is started;
 a test a server to stop skip, as that server is not the tests' to stop.
 """
 
-import atexit
 import contextlib
 import grp
 import os
@@ -49,7 +48,6 @@ STOP_SECONDS = 30.0
 DATABASE_PREFIX = "pheby_test_"
 
 # Servers not stopped yet: stopped at exit should a fixture's finalizer not have run.
-_running: set["PostgresServer"] = set()
 
 
 def _bin_dir() -> Path:
@@ -73,18 +71,19 @@ def _unprivileged() -> tuple[int, int] | None:
     return user.pw_uid, user.pw_gid
 
 
-class PostgresServer:
+class PostgresServer(server_process.ThrowawayServer):
     """One postmaster on 127.0.0.1:`port` over a data dir of its own; `start()` runs it again on both."""
+
+    name = "PostgreSQL"
 
     def __init__(self) -> None:
         self._bin = _bin_dir()
         self._owner = _unprivileged()
         # Not under pytest's basetemp: that is 0700 to root, which `nobody` could not enter.
-        self.base = Path(tempfile.mkdtemp(prefix="pheby-pg-", dir="/tmp" if self._owner else None))
+        super().__init__(Path(tempfile.mkdtemp(prefix="pheby-pg-", dir="/tmp" if self._owner else None)))
         self.data_dir = self.base / "data"
         self.log_path = self.base / "postgres.log"
         self.port = 0
-        self._process: subprocess.Popen[bytes] | None = None
         try:
             if self._owner is not None:
                 os.chown(self.base, *self._owner)
@@ -116,17 +115,6 @@ class PostgresServer:
 
     def database_url(self, database: str) -> str:
         return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{database}"
-
-    @property
-    def pid(self) -> int:
-        """The postmaster's PID (it is running)."""
-        if self._process is None or self._process.poll() is not None:
-            raise RuntimeError("PostgreSQL is not running")
-        return self._process.pid
-
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
 
     def _env(self) -> dict[str, str]:
         env = {key: value for key, value in os.environ.items() if not key.startswith("PG")}
@@ -177,7 +165,7 @@ class PostgresServer:
         if self.running:
             return
         with self.log_path.open("ab") as log:
-            self._process = self._popen(
+            process = self._popen(
                 [
                     str(self._bin / "postgres"),
                     "-D",
@@ -196,7 +184,7 @@ class PostgresServer:
                 log,
                 session=True,  # a Ctrl-C at the terminal is pytest's to handle, not the server's
             )
-        _running.add(self)
+        self._started(process)
         self._wait_ready()
 
     def _wait_ready(self) -> None:
@@ -235,31 +223,6 @@ class PostgresServer:
         # next start, which the postmaster would take for a server still running.
         (self.data_dir / "postmaster.pid").unlink(missing_ok=True)
 
-    def _reap(self) -> None:
-        if self._process is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._process.wait(timeout=server_process.KILL_SECONDS)
-        _running.discard(self)
-
-    def close(self) -> None:
-        """Stop it and remove its dir."""
-        try:
-            self.stop()
-        finally:
-            shutil.rmtree(self.base, ignore_errors=True)
-
-
-@atexit.register
-def _stop_leftovers() -> None:
-    for server in list(_running):
-        with contextlib.suppress(Exception):
-            server.close()
-
-
-def _skip_if_external() -> None:
-    if os.environ.get(ENV_URL):
-        pytest.skip(f"{ENV_URL} is set: the tests use that server and start none they could stop")
-
 
 @contextlib.contextmanager
 def fresh_database(admin_url: str) -> Iterator[str]:
@@ -284,7 +247,7 @@ def fresh_database(admin_url: str) -> Iterator[str]:
 def postgres_server() -> Iterator[PostgresServer]:
     """One PostgreSQL server for the session (this xdist worker's); a test may stop, kill and start it,
     and should start it again before it ends (`postgres_url` does, should it find it down)."""
-    _skip_if_external()
+    server_process.skip_if_external(ENV_URL)
     server = PostgresServer()
     try:
         yield server
@@ -295,7 +258,7 @@ def postgres_server() -> Iterator[PostgresServer]:
 @pytest.fixture
 def own_postgres_server() -> Iterator[PostgresServer]:
     """A PostgreSQL server of the test's own, to stop or kill as it likes; removed at the end."""
-    _skip_if_external()
+    server_process.skip_if_external(ENV_URL)
     server = PostgresServer()
     try:
         yield server

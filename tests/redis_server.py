@@ -17,8 +17,6 @@ test's) and no server is started; the fixtures that hand a test a server to stop
 is not the tests' to stop.
 """
 
-import atexit
-import contextlib
 import os
 import shutil
 import signal
@@ -43,8 +41,6 @@ STOP_SECONDS = 10.0
 # Every key the tests make starts with this run's prefix (this process's, under xdist a worker's).
 RUN_PREFIX = f"pheby-test:{uuid.uuid4().hex[:12]}:"
 
-_running: set["RedisServer"] = set()
-
 
 @dataclass(frozen=True)
 class RedisTarget:
@@ -63,15 +59,16 @@ def _binary() -> str:
     return found
 
 
-class RedisServer:
+class RedisServer(server_process.ThrowawayServer):
     """One redis-server on 127.0.0.1:`port`; `start()` runs it again on the same port (empty)."""
+
+    name = "Redis"
 
     def __init__(self) -> None:
         self._binary = _binary()
-        self.base = Path(tempfile.mkdtemp(prefix="pheby-redis-"))
+        super().__init__(Path(tempfile.mkdtemp(prefix="pheby-redis-")))
         self.log_path = self.base / "redis.log"
         self.port = 0
-        self._process: subprocess.Popen[bytes] | None = None
         try:
             # A free port may be taken by someone else before Redis binds it: try another.
             for attempt in range(3):
@@ -90,23 +87,12 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    @property
-    def pid(self) -> int:
-        """redis-server's PID (it is running)."""
-        if self._process is None or self._process.poll() is not None:
-            raise RuntimeError("Redis is not running")
-        return self._process.pid
-
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
-
     def start(self) -> None:
         """Start it (again) on the same port; return once it answers PING."""
         if self.running:
             return
         with self.log_path.open("ab") as log:
-            self._process = subprocess.Popen(
+            process = subprocess.Popen(
                 [
                     self._binary,
                     "--port",
@@ -130,7 +116,7 @@ class RedisServer:
                 cwd=self.base,
                 start_new_session=True,  # a Ctrl-C at the terminal is pytest's to handle, not the server's
             )
-        _running.add(self)
+        self._started(process)
         self._wait_ready()
 
     def _wait_ready(self) -> None:
@@ -163,31 +149,6 @@ class RedisServer:
             server_process.kill_tree(self._process)
         self._reap()
 
-    def _reap(self) -> None:
-        if self._process is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._process.wait(timeout=server_process.KILL_SECONDS)
-        _running.discard(self)
-
-    def close(self) -> None:
-        """Stop it and remove its dir."""
-        try:
-            self.stop()
-        finally:
-            shutil.rmtree(self.base, ignore_errors=True)
-
-
-@atexit.register
-def _stop_leftovers() -> None:
-    for server in list(_running):
-        with contextlib.suppress(Exception):
-            server.close()
-
-
-def _skip_if_external() -> None:
-    if os.environ.get(ENV_URL):
-        pytest.skip(f"{ENV_URL} is set: the tests use that server and start none they could stop")
-
 
 def delete_prefix(url: str, prefix: str) -> int:
     """Delete every key starting with `prefix` on the server of `url`; how many there were."""
@@ -209,7 +170,7 @@ def delete_prefix(url: str, prefix: str) -> int:
 def redis_server() -> Iterator[RedisServer]:
     """One Redis server for the session (this xdist worker's); a test may stop, kill and start it, and
     should start it again before it ends (`redis_url` does, should it find it down)."""
-    _skip_if_external()
+    server_process.skip_if_external(ENV_URL)
     server = RedisServer()
     try:
         yield server
@@ -220,7 +181,7 @@ def redis_server() -> Iterator[RedisServer]:
 @pytest.fixture
 def own_redis_server() -> Iterator[RedisServer]:
     """A Redis server of the test's own, to stop or kill as it likes; removed at the end."""
-    _skip_if_external()
+    server_process.skip_if_external(ENV_URL)
     server = RedisServer()
     try:
         yield server

@@ -1,14 +1,21 @@
-"""Stopping a server process the tests started, by its PID, in bounded time: what the throwaway
-PostgreSQL and Redis servers (tests/postgres_server.py, tests/redis_server.py) share. Only the process
-started and the processes it started are signalled, never one found by name."""
+"""What the throwaway PostgreSQL and Redis servers (tests/postgres_server.py, tests/redis_server.py) share:
+a process of the tests' own in a temp dir, stopped by its PID in bounded time, its dir removed, and any
+still running when the session ends stopped then. Only the process started and the processes it started
+are signalled, never one found by name."""
 
+import atexit
 import contextlib
+import os
+import shutil
 import signal
 import subprocess
 import time
+from abc import ABC, abstractmethod
 from pathlib import Path
+from typing import ClassVar
 
 import psutil
+import pytest
 
 KILL_SECONDS = 10.0
 
@@ -60,3 +67,59 @@ def stop(process: "subprocess.Popen[bytes]", sig: signal.Signals, seconds: float
         kill_tree(process)
         return False
     return True
+
+
+class ThrowawayServer(ABC):
+    """A server process of the tests' own, with its files under `base`; `name` says which in errors."""
+
+    name: ClassVar[str]
+    _running: ClassVar[set["ThrowawayServer"]] = set()
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        """The server's PID (it is running)."""
+        if self._process is None or self._process.poll() is not None:
+            raise RuntimeError(f"{self.name} is not running")
+        return self._process.pid
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def _started(self, process: "subprocess.Popen[bytes]") -> None:
+        self._process = process
+        ThrowawayServer._running.add(self)
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Stop it (gracefully, else killed), keeping its files for a `start()` again."""
+
+    def _reap(self) -> None:
+        if self._process is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._process.wait(timeout=KILL_SECONDS)
+        ThrowawayServer._running.discard(self)
+
+    def close(self) -> None:
+        """Stop it and remove its dir."""
+        try:
+            self.stop()
+        finally:
+            shutil.rmtree(self.base, ignore_errors=True)
+
+
+@atexit.register
+def _stop_leftovers() -> None:
+    for server in list(ThrowawayServer._running):
+        with contextlib.suppress(Exception):
+            server.close()
+
+
+def skip_if_external(env_url: str) -> None:
+    """Skip a test that would stop or kill a server when `env_url` names one the tests didn't start."""
+    if os.environ.get(env_url):
+        pytest.skip(f"{env_url} is set: the tests use that server and start none they could stop")

@@ -8,7 +8,6 @@ from two pools (two processes), the server stopped and started again under a liv
 import asyncio
 import sqlite3
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import psycopg
@@ -23,14 +22,6 @@ pytestmark = [pytest.mark.anyio, pytest.mark.both_engines]
 
 # Tables only SQLite's full-text index has (FTS5's own, and the rowid partitions it is kept in).
 SQLITE_SEARCH_TABLES = {"search_index", "search_partitions", "search_labels"}
-
-
-@pytest.fixture
-async def db(database_url: str, tmp_path: Path) -> AsyncIterator[Database]:
-    database = open_database(database_url, tmp_path / "pheby.sqlite3")
-    await database.open()
-    yield database
-    await database.close()
 
 
 async def account(db: Database, account_id: str = "a1") -> None:

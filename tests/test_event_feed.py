@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 import redis.asyncio
 
-from pheby.db import Connection, Database, SqliteDatabase
+from pheby.db import Database, SqliteDatabase
 from pheby.db.postgres import PostgresDatabase
 from pheby.events import Bell, Event, EventLog, Feed, LocalBell, RedisBell, Ring
+from tests.database import add_accounts
 from tests.redis_server import RedisServer, RedisTarget
 
 pytestmark = [pytest.mark.anyio]
@@ -71,17 +72,6 @@ async def until(condition: Callable[[], bool], seconds: float = DEADLINE, what: 
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: not within {seconds} s")
         await asyncio.sleep(0.01)
-
-
-async def add_accounts(db: Database, *account_ids: str) -> None:
-    def insert(conn: Connection) -> None:
-        for account_id in account_ids:
-            conn.execute(
-                "INSERT INTO accounts (id, name, is_owner, created_at) VALUES (?, ?, ?, ?)",
-                (account_id, f"name-{account_id}", False, 1.0),
-            )
-
-    await db.transaction(insert)
 
 
 def delivered_all(procs: list[Process], heads: dict[str, int]) -> Callable[[], bool]:
@@ -169,9 +159,11 @@ async def test_redis_stopped_mid_traffic_loses_nothing_and_the_bell_comes_back_b
         assert one.feed.delivered_by["poll"] > 0
         assert two.feed.delivered_by["poll"] > 0
 
-        # Back: no polling (and no position checks) from now on, so only rings can deliver.
+        # Back: no polling (and no position checks) from now on, so only rings can deliver; a check the polling
+        # had already set its time for still runs (within `poll_seconds`), and none after it for a minute.
         for p in (one, two):
             p.feed.poll_seconds = p.feed.check_seconds = 60
+        switched = time.monotonic()
         resyncs = [p.feed.resyncs for p in (one, two)]
         await asyncio.to_thread(own_redis_server.start)
         await until(lambda: one.bell.connected and two.bell.connected, what="bells reconnected")
@@ -182,7 +174,7 @@ async def test_redis_stopped_mid_traffic_loses_nothing_and_the_bell_comes_back_b
             lambda: all(p.feed.resyncs > r for p, r in zip((one, two), resyncs, strict=True)),
             what="resync after reconnect",
         )
-        await asyncio.sleep(0.1)
+        await until(lambda: all(p.feed.last_timed_check > switched for p in (one, two)), what="the last poll")
         rung = [p.feed.delivered_by["ring"] for p in (one, two)]
         for n in range(5):
             started = time.monotonic()

@@ -10,16 +10,9 @@ import pytest
 
 from pheby.db import Connection, Database, open_database
 from pheby.events import Appender, EventLog, LocalBell, Ring, Truncated, append, heads, read_after
+from tests.database import add_accounts
 
 pytestmark = [pytest.mark.anyio, pytest.mark.both_engines]
-
-
-@pytest.fixture
-async def db(database_url: str, tmp_path: Path) -> AsyncIterator[Database]:
-    database = open_database(database_url, tmp_path / "pheby.sqlite3")
-    await database.open()
-    yield database
-    await database.close()
 
 
 @pytest.fixture
@@ -29,17 +22,6 @@ async def second_db(database_url: str, tmp_path: Path, db: Database) -> AsyncIte
     await database.open()
     yield database
     await database.close()
-
-
-async def add_accounts(db: Database, *account_ids: str) -> None:
-    def insert(conn: Connection) -> None:
-        for account_id in account_ids:
-            conn.execute(
-                "INSERT INTO accounts (id, name, is_owner, created_at) VALUES (?, ?, ?, ?)",
-                (account_id, f"name-{account_id}", False, 1.0),
-            )
-
-    await db.transaction(insert)
 
 
 async def test_seq_is_gap_free_and_ordered_under_concurrent_appends_from_two_processes(

@@ -7,14 +7,11 @@ PostgreSQL (tsvector). The grammar has no operators: AND, OR, NOT and NEAR are l
 without an error of the database (a property test over random text).
 """
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pheby.db import Connection, Database, open_database
+from pheby.db import Connection, Database
 from pheby.errors import BadRequest
 from pheby.protocol.frames import HistoryMessage, SearchResult
 from pheby.search.index import SearchIndex
@@ -61,14 +58,6 @@ class Corpus:
     def __init__(self, db: Database, alice: str, bob: str) -> None:
         self.search = SearchIndex(db)
         self.alice, self.bob = alice, bob
-
-
-@pytest.fixture
-async def db(tmp_path: Path, database_url: str) -> AsyncIterator[Database]:
-    database = open_database(database_url, tmp_path / "pheby.sqlite3")
-    await database.open()
-    yield database
-    await database.close()
 
 
 @pytest.fixture

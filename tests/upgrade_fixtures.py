@@ -531,7 +531,20 @@ def rows(hermes_url: str, bob_job: str, owner_job: str) -> list[Row]:
             | {"expires_at": BASE + 7300},
         ),
     ]
-    return accounts + credentials + conversations + files + artifacts + later + second_factor + passkeys + oidc
+    processes: list[Row] = [
+        # A server's lease left by a process that stopped (only a PostgreSQL database is held by one), and an
+        # event of bob's logged for other processes.
+        ("process_leases", {"name": "server", "holder": "fixture-host:4242:0f0f0f0f", "expires_at": BASE + 8000}),
+        ("account_event_heads", {"account_id": BOB_ID, "seq": 1}),
+        (
+            "account_events",
+            {"account_id": BOB_ID, "seq": 1, "kind": "conversation.renamed", "at": BASE + 8100}
+            | {"payload": json.dumps({"conversation_id": GROCERIES_ID, "name": "Groceries"})},
+        ),
+    ]
+    return (
+        accounts + credentials + conversations + files + artifacts + later + second_factor + passkeys + oidc + processes
+    )
 
 
 BLOBS: Mapping[str, tuple[str, bytes]] = {  # attachment id → (account id, bytes); the deleted one has none

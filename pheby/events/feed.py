@@ -59,6 +59,7 @@ class Feed:
         self.bell = bell
         self.check_seconds = check_seconds
         self.poll_seconds = poll_seconds
+        self.last_timed_check = 0.0  # when the last check or poll of the timer began (monotonic)
         self._on_event = on_event
         self._on_truncated = on_truncated
         self._positions: dict[str, int] = {}  # account → the seq delivered last
@@ -118,7 +119,8 @@ class Feed:
                     async with asyncio.timeout(max(0.0, next_check - now)):
                         item = await self.bell.receive()
                 except TimeoutError:
-                    next_check = time.monotonic() + interval
+                    self.last_timed_check = next_check = time.monotonic()
+                    next_check += interval
                     await self._check_all("check" if self.bell.connected else "poll")
                     continue
                 if item is RESYNC:
