@@ -87,10 +87,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture
 def database_url(request: pytest.FixtureRequest) -> str:
     """What `make_settings` puts in PHEBY_DATABASE_URL: empty (SQLite in the data dir) unless the test runs on
-    PostgreSQL (`both_engines`, or every test with PHEBY_TEST_ENGINE=postgresql), then a new empty database of
-    its own."""
+    PostgreSQL (`both_engines`, or every test with PHEBY_TEST_ENGINE=postgresql), then a new database of its own,
+    migrated (a copy of one migrated once)."""
     if getattr(request, "param", os.environ.get("PHEBY_TEST_ENGINE", "sqlite")) == "postgresql":
-        url: str = request.getfixturevalue("postgres_url")
+        url: str = request.getfixturevalue("migrated_postgres_url")
         return url
     return ""
 

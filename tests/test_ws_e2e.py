@@ -29,7 +29,11 @@ from tests.live_server import LiveServer, hermes_settings
 from tests.polling import until
 from tests.ws_client import Frame, PhebyClient
 
-pytestmark = [pytest.mark.anyio, pytest.mark.live, pytest.mark.both_engines]
+pytestmark = [pytest.mark.anyio, pytest.mark.live]
+
+# The tests marked `both_engines` are this module's part of the end-to-end set that runs on PostgreSQL too:
+# conversations, runs, decisions, history, reconnects, restarts, isolation. The rest (frames, hellos, limits)
+# never reach the database's differences.
 MiB = 1024 * 1024
 ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?\+00:00$")
 
@@ -198,6 +202,7 @@ async def test_auth_timeout(connect: Callable[..., Any]) -> None:
     assert await client.closed() is not None
 
 
+@pytest.mark.both_engines
 async def test_lockout_after_five_failed_hellos(connect: Callable[..., Any], live_server: LiveServer) -> None:
     for _ in range(5):
         client = await connect(secret=None)
@@ -359,6 +364,7 @@ async def test_internal_error_reveals_nothing(
 # --- conversations ---------------------------------------------------------------------------
 
 
+@pytest.mark.both_engines
 async def test_conversation_lifecycle_and_broadcasts(connect: Callable[..., Any]) -> None:
     first, second = await connect(), await connect()
     created = await first.request("conversation.create", "conversation.created", name="Project X")
@@ -458,6 +464,7 @@ def answers(request_id: str, frame: dict[str, Any]) -> bool:
     return frame.get("request_id") == request_id
 
 
+@pytest.mark.both_engines
 async def test_a_delete_racing_the_first_send_leaves_no_run_or_session(
     owner: PhebyClient, live_server: LiveServer, demo_hermes: DemoHermesServer
 ) -> None:
@@ -516,6 +523,7 @@ async def test_a_send_slow_to_start_loses_to_a_delete(
     await third.close()
 
 
+@pytest.mark.both_engines
 async def test_history_keeps_the_turns_hermes_compaction_hides(
     owner: PhebyClient, demo_hermes: DemoHermesServer
 ) -> None:
@@ -577,6 +585,7 @@ async def test_a_cancel_right_after_run_accepted_stops_the_run(owner: PhebyClien
 # --- runs ------------------------------------------------------------------------------------
 
 
+@pytest.mark.both_engines
 async def test_streamed_run_follows_the_state_machine(owner: PhebyClient) -> None:
     conversation_id = await new_conversation(owner)
     frames = await run_to_end(owner, conversation_id, "hello there")
@@ -607,6 +616,7 @@ async def test_streamed_run_follows_the_state_machine(owner: PhebyClient) -> Non
     assert [m["message_id"] for m in again["messages"]] == [m["message_id"] for m in history["messages"]]
 
 
+@pytest.mark.both_engines
 async def test_history_pages_and_feeds_the_next_run(owner: PhebyClient) -> None:
     conversation_id = await new_conversation(owner)
     for text in ("one", "two"):
@@ -637,6 +647,7 @@ async def test_history_pages_and_feeds_the_next_run(owner: PhebyClient) -> None:
     assert capped["type"] == "conversation.history"
 
 
+@pytest.mark.both_engines
 async def test_one_run_per_conversation_and_cancel(owner: PhebyClient) -> None:
     conversation_id = await new_conversation(owner)
     accepted = await owner.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo slow")
@@ -728,6 +739,7 @@ async def test_a_tool_in_flight_when_the_run_is_cancelled_ends_cancelled(owner: 
     assert [t["status"] for t in opened["tools"]] == ["cancelled"]
 
 
+@pytest.mark.both_engines
 async def test_approval_once_and_deny(connect: Callable[..., Any]) -> None:
     first, second = await connect(), await connect()
     conversation_id = await new_conversation(first)
@@ -799,6 +811,7 @@ async def test_the_responders_answer_resolves_the_approval_when_the_run_moves_fi
     assert client.seen("error") == []
 
 
+@pytest.mark.both_engines
 async def test_session_approval_covers_later_runs_of_the_conversation(owner: PhebyClient) -> None:
     conversation_id = await new_conversation(owner)
     await owner.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo approve")
@@ -816,6 +829,7 @@ async def test_session_approval_covers_later_runs_of_the_conversation(owner: Phe
     await owner.expect("run.finished", conversation_id=other)
 
 
+@pytest.mark.both_engines
 async def test_clarify(connect: Callable[..., Any]) -> None:
     first, second = await connect(), await connect()
     conversation_id = await new_conversation(first)
@@ -898,6 +912,7 @@ async def test_a_clarify_answer_in_flight_when_the_run_ends_is_the_responders(
     assert client.seen("error") == []
 
 
+@pytest.mark.both_engines
 async def test_yolo_is_per_conversation_and_survives_restart(
     start_live_server: Callable[[Settings], LiveServer],
     live_settings: Callable[..., Settings],
@@ -932,6 +947,7 @@ async def test_yolo_is_per_conversation_and_survives_restart(
     await again.close()
 
 
+@pytest.mark.both_engines
 async def test_accounts_only_see_their_own_events(connect: Callable[..., Any], live_server: LiveServer) -> None:
     first, second = await connect(), await connect()
     bob = await connect(secret=await add_account(live_server.settings, "bob"))
@@ -955,6 +971,7 @@ async def test_accounts_only_see_their_own_events(connect: Callable[..., Any], l
     assert listing["conversations"] == []
 
 
+@pytest.mark.both_engines
 async def test_reconnect_mid_run_recovers_the_snapshot(connect: Callable[..., Any]) -> None:
     client = await connect()
     conversation_id = await new_conversation(client)
@@ -1091,6 +1108,7 @@ async def test_a_snapshot_read_while_runs_finish_holds_their_turns(
     assert len(texts) == len(set(texts))  # every turn once
 
 
+@pytest.mark.both_engines
 async def test_reconnect_recovers_a_pending_approval(connect: Callable[..., Any]) -> None:
     client = await connect()
     conversation_id = await new_conversation(client)
@@ -1108,6 +1126,7 @@ async def test_reconnect_recovers_a_pending_approval(connect: Callable[..., Any]
 # --- models and reasoning --------------------------------------------------------------------
 
 
+@pytest.mark.both_engines
 async def test_models_and_reasoning(
     start_live_server: Callable[[Settings], LiveServer],
     live_settings: Callable[..., Settings],
