@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import httpx
+import psycopg
 
 from tests.live_server import free_port
 from tests.ws_client import PhebyClient
@@ -628,10 +629,13 @@ def temp_files(data_dir: Path) -> set[str]:
     return set()
 
 
-def orphaned_blobs(data_dir: Path) -> set[str]:
+def orphaned_blobs(data_dir: Path, database_url: str = "") -> set[str]:
     """Blob keys under `attachments/` that no row names (read from the database, read-only)."""
     root = data_dir / "blobs"
     keys = {str(p.relative_to(root)) for p in (root / "attachments").rglob("*") if p.is_file()}
+    if database_url:
+        with psycopg.connect(database_url, connect_timeout=10) as pg:
+            return keys - {row[0] for row in pg.execute("SELECT blob_key FROM attachments")}
     connection = sqlite3.connect(f"file:{data_dir / 'pheby.sqlite3'}?mode=ro", uri=True, timeout=10)
     try:
         rows = {row[0] for row in connection.execute("SELECT blob_key FROM attachments")}
@@ -681,9 +685,10 @@ async def _load_then_kill(load: Load, kill_after: float) -> None:
 
 
 async def run_crash_rounds(
-    config: CrashConfig, work_dir: Path, progress: Callable[[str], None] = lambda _: None
+    config: CrashConfig, work_dir: Path, progress: Callable[[str], None] = lambda _: None, database_url: str = ""
 ) -> CrashResult:
-    """Run `config.rounds` rounds of load, SIGKILL, restart and checks on one data dir under `work_dir`.
+    """Run `config.rounds` rounds of load, SIGKILL, restart and checks on one data dir under `work_dir` (the
+    metadata in the PostgreSQL database `database_url` names, if given).
 
     Every server process started is stopped (by PID) before this returns or raises."""
     started = time.monotonic()
@@ -695,7 +700,8 @@ async def run_crash_rounds(
     servers: list[ServerProcess] = []
 
     def start(port: int) -> ServerProcess:
-        server = ServerProcess(data_dir, port, work_dir / f"server-{len(servers) + 1}.log")
+        env = {"PHEBY_DATABASE_URL": database_url} if database_url else None
+        server = ServerProcess(data_dir, port, work_dir / f"server-{len(servers) + 1}.log", env)
         servers.append(server)
         return server
 
@@ -733,7 +739,7 @@ async def run_crash_rounds(
             check_began = time.monotonic()
             async with _client(server) as http:
                 await Verifier(result, http, round_).run(server.ws_url, chains)
-            result.orphaned_blobs |= orphaned_blobs(data_dir)
+            result.orphaned_blobs |= orphaned_blobs(data_dir, database_url)
             progress(
                 f"round {round_}: killed after {kill_after:.2f} s of load, {len(interrupted)} temp files left;"
                 f" up again in {up_seconds:.1f} s; {result.acknowledged} acknowledged writes checked in"
