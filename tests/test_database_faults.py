@@ -53,3 +53,31 @@ async def test_postgresql_stopped_is_503_commits_nothing_and_service_returns_by_
             assert (await http.get("/readyz")).status_code == 200
             titles = sorted(a["title"] for a in (await http.get("/api/artifacts")).json()["artifacts"])
             assert titles == ["after", "before"]  # the refused write left nothing
+
+
+async def test_postgresql_killed_loses_no_acknowledged_write(
+    own_postgres_server: PostgresServer,
+    start_live_server: Callable[[Settings], LiveServer],
+    live_settings: Callable[..., Settings],
+) -> None:
+    """kill -9 of PostgreSQL (and its backends) right after writes were acknowledged: after its crash recovery,
+    every one is there."""
+    with fresh_database(own_postgres_server.url) as url:
+        server = start_live_server(live_settings(database_url=url))
+        headers = {"Authorization": f"Bearer {server.secret}"}
+        async with httpx.AsyncClient(base_url=server.base_url, headers=headers, timeout=30) as http:
+            titles = [f"kept {n}" for n in range(20)]
+            for title in titles:
+                assert (await create_artifact(http, title)).status_code == 201
+            own_postgres_server.kill()
+            own_postgres_server.start()
+            deadline = time.monotonic() + BACK_SECONDS
+            listed: Any = None
+            while time.monotonic() < deadline:
+                listed = await http.get("/api/artifacts")
+                if listed.status_code == 200:
+                    break
+                await asyncio.sleep(0.2)
+            assert listed is not None
+            assert listed.status_code == 200, listed.text
+            assert sorted(a["title"] for a in listed.json()["artifacts"]) == sorted(titles)
