@@ -27,7 +27,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -187,26 +186,15 @@ class PostgresServer(server_process.ThrowawayServer):
                 log,
                 session=True,  # a Ctrl-C at the terminal is pytest's to handle, not the server's
             )
-        self._started(process)
-        self._wait_ready()
+        self._started(process, self.log_path, READY_SECONDS)
 
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + READY_SECONDS
-        while True:
-            if not self.running:
-                self._reap()
-                raise RuntimeError(f"PostgreSQL exited at start:\n{log_tail(self.log_path)}")
-            try:
-                with psycopg.connect(self.url, connect_timeout=2, autocommit=True) as connection:
-                    connection.execute("SELECT 1")
-                return
-            except psycopg.OperationalError:
-                if time.monotonic() > deadline:
-                    self.kill()
-                    raise RuntimeError(
-                        f"PostgreSQL took connections not within {READY_SECONDS:.0f} s:\n{log_tail(self.log_path)}"
-                    ) from None
-                time.sleep(0.05)
+    def _answers(self) -> bool:
+        try:
+            with psycopg.connect(self.url, connect_timeout=2, autocommit=True) as connection:
+                connection.execute("SELECT 1")
+        except psycopg.OperationalError:
+            return False
+        return True
 
     def stop(self) -> None:
         """A fast shutdown (SIGINT: sessions are ended, the data is kept); killed if it takes over 30 s."""
@@ -249,23 +237,13 @@ def fresh_database(admin_url: str, template: str = "template0") -> Iterator[str]
 def postgres_server() -> Iterator[PostgresServer]:
     """One PostgreSQL server for the session (this xdist worker's); a test may stop, kill and start it,
     and should start it again before it ends (`postgres_url` does, should it find it down)."""
-    server_process.skip_if_external(ENV_URL)
-    server = PostgresServer()
-    try:
-        yield server
-    finally:
-        server.close()
+    yield from server_process.serving(PostgresServer, ENV_URL)
 
 
 @pytest.fixture
 def own_postgres_server() -> Iterator[PostgresServer]:
     """A PostgreSQL server of the test's own, to stop or kill as it likes; removed at the end."""
-    server_process.skip_if_external(ENV_URL)
-    server = PostgresServer()
-    try:
-        yield server
-    finally:
-        server.close()
+    yield from server_process.serving(PostgresServer, ENV_URL)
 
 
 # Migrated once per server and run (the schema can't change within one): a copy of it skips the migrations.

@@ -22,7 +22,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -116,26 +115,15 @@ class RedisServer(server_process.ThrowawayServer):
                 cwd=self.base,
                 start_new_session=True,  # a Ctrl-C at the terminal is pytest's to handle, not the server's
             )
-        self._started(process)
-        self._wait_ready()
+        self._started(process, self.log_path, READY_SECONDS)
 
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + READY_SECONDS
-        while True:
-            if not self.running:
-                self._reap()
-                raise RuntimeError(f"Redis exited at start:\n{log_tail(self.log_path)}")
-            try:
-                with redis.Redis.from_url(self.url, socket_connect_timeout=2, socket_timeout=2) as client:
-                    client.ping()
-                return
-            except redis.RedisError:
-                if time.monotonic() > deadline:
-                    self.kill()
-                    raise RuntimeError(
-                        f"Redis answered not within {READY_SECONDS:.0f} s:\n{log_tail(self.log_path)}"
-                    ) from None
-                time.sleep(0.02)
+    def _answers(self) -> bool:
+        try:
+            with redis.Redis.from_url(self.url, socket_connect_timeout=2, socket_timeout=2) as client:
+                client.ping()
+        except redis.RedisError:
+            return False
+        return True
 
     def stop(self) -> None:
         """SIGTERM (it exits, saving nothing); killed if it takes over 10 s."""
@@ -170,23 +158,13 @@ def delete_prefix(url: str, prefix: str) -> int:
 def redis_server() -> Iterator[RedisServer]:
     """One Redis server for the session (this xdist worker's); a test may stop, kill and start it, and
     should start it again before it ends (`redis_url` does, should it find it down)."""
-    server_process.skip_if_external(ENV_URL)
-    server = RedisServer()
-    try:
-        yield server
-    finally:
-        server.close()
+    yield from server_process.serving(RedisServer, ENV_URL)
 
 
 @pytest.fixture
 def own_redis_server() -> Iterator[RedisServer]:
     """A Redis server of the test's own, to stop or kill as it likes; removed at the end."""
-    server_process.skip_if_external(ENV_URL)
-    server = RedisServer()
-    try:
-        yield server
-    finally:
-        server.close()
+    yield from server_process.serving(RedisServer, ENV_URL)
 
 
 @pytest.fixture

@@ -11,8 +11,9 @@ import signal
 import subprocess
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 import psutil
 import pytest
@@ -90,9 +91,27 @@ class ThrowawayServer(ABC):
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
-    def _started(self, process: "subprocess.Popen[bytes]") -> None:
+    def _started(self, process: "subprocess.Popen[bytes]", log_path: Path, ready_seconds: float) -> None:
+        """Track `process`; return once it answers (`_answers`), or raise with its log's tail (it is killed)."""
         self._process = process
         ThrowawayServer._running.add(self)
+        deadline = time.monotonic() + ready_seconds
+        while not self._answers():
+            if not self.running:
+                self._reap()
+                raise RuntimeError(f"{self.name} exited at start:\n{log_tail(log_path)}")
+            if time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(f"{self.name} answered not within {ready_seconds:.0f} s:\n{log_tail(log_path)}")
+            time.sleep(0.02)
+
+    @abstractmethod
+    def _answers(self) -> bool:
+        """Whether the server answers a client now."""
+
+    @abstractmethod
+    def kill(self) -> None:
+        """SIGKILL to it and every process of it."""
 
     @abstractmethod
     def stop(self) -> None:
@@ -117,6 +136,19 @@ def _stop_leftovers() -> None:
     for server in list(ThrowawayServer._running):
         with contextlib.suppress(Exception):
             server.close()
+
+
+S = TypeVar("S", bound=ThrowawayServer)
+
+
+def serving(make: Callable[[], S], env_url: str) -> Iterator[S]:
+    """A fixture's server: made (skipped when `env_url` names a server the tests don't own), closed after."""
+    skip_if_external(env_url)
+    server = make()
+    try:
+        yield server
+    finally:
+        server.close()
 
 
 def skip_if_external(env_url: str) -> None:
