@@ -75,23 +75,26 @@ class ServerLease:
         self._clock = clock
         self.holder = holder or own_holder()
 
+    def _other_holder(self, conn: Connection, now: float) -> str | None:
+        """The live holder of the lease other than this process, if there is one."""
+        row = conn.execute("SELECT holder, expires_at FROM process_leases WHERE name = ?", (SERVER,)).fetchone()
+        if row is None or row[0] == self.holder or row[1] <= now or _gone(row[0]):
+            return None
+        return str(row[0])
+
     async def holder_elsewhere(self) -> str | None:
         """What the operator is told about the live holder other than this process, if there is one."""
-        row = await self._db.run(
-            lambda c: c.execute("SELECT holder, expires_at FROM process_leases WHERE name = ?", (SERVER,)).fetchone()
-        )
-        if row is None or row[0] == self.holder or row[1] <= self._clock() or _gone(row[0]):
-            return None
-        return held_elsewhere(row[0])
+        now = self._clock()
+        other = await self._db.run(lambda c: self._other_holder(c, now))
+        return None if other is None else held_elsewhere(other)
 
     async def take(self) -> None:
         """Hold the lease from now on. Raises `LeaseHeld` while another live process holds it."""
         now = self._clock()
 
         def q(conn: Connection) -> str | None:
-            row = conn.execute("SELECT holder, expires_at FROM process_leases WHERE name = ?", (SERVER,)).fetchone()
-            if row is not None and row[0] != self.holder and row[1] > now and not _gone(row[0]):
-                return str(row[0])
+            if (other := self._other_holder(conn, now)) is not None:
+                return other
             conn.execute(
                 "INSERT INTO process_leases (name, holder, expires_at) VALUES (?, ?, ?) "
                 "ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at",

@@ -166,13 +166,14 @@ class PostgresDatabase(Database):
         await self._submit(self._open)
 
     def _open(self) -> None:
+        # A pool that can't connect (`_submit` makes that `DatabaseUnavailable`) or can't migrate is closed.
         try:
             self._pool.open(wait=True, timeout=CONNECT_SECONDS)
-        except psycopg_pool.PoolTimeout as e:
+            with self._pool.connection() as conn:
+                apply_migrations(conn)
+        except BaseException:
             self._pool.close()
-            raise DatabaseUnavailable() from e
-        with self._pool.connection() as conn:
-            apply_migrations(conn)
+            raise
 
     async def close(self) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self._pool.close)
@@ -220,7 +221,7 @@ def schema_version(conn: psycopg.Connection[Any]) -> int:
 
 
 def apply_migrations(conn: psycopg.Connection[Any], up_to: int | None = None) -> list[int]:
-    """Apply every migration not yet recorded (up to `up_to`), each with its record in one transaction,
+    """Apply every migration not yet recorded (up to `up_to`) with their records, all in one transaction,
     under a lock so two processes starting at once migrate once. Raises `SchemaTooNew`, applying
     nothing, for a database ahead of this code."""
     applied: list[int] = []
