@@ -24,6 +24,7 @@ import msgspec
 
 from pheby import metrics
 from pheby.db import Connection, Database
+from pheby.db.in_lists import in_chunks
 from pheby.events.bell import Bell
 
 __all__ = [
@@ -44,7 +45,6 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 MAX_READ = 500  # rows one `read_after` returns at most, unless asked for fewer
-HEADS_CHUNK = 500  # accounts one `heads` statement asks about (SQLite's parameter limit is far above)
 PUBLISH_SECONDS = 1.0  # how long a ring may take before it is given up (the log holds the event)
 
 _encoder = msgspec.json.Encoder()
@@ -123,12 +123,10 @@ def read_after(conn: Connection, account_id: str, after: int, limit: int = MAX_R
 
 
 def heads(conn: Connection, account_ids: Iterable[str]) -> dict[str, int]:
-    """Each account's newest seq (0: none yet), in one statement per `HEADS_CHUNK` accounts."""
+    """Each account's newest seq (0: none yet), in one statement per `IN_CHUNK` accounts."""
     wanted = list(dict.fromkeys(account_ids))
     found = dict.fromkeys(wanted, 0)
-    for start in range(0, len(wanted), HEADS_CHUNK):
-        chunk = wanted[start : start + HEADS_CHUNK]
-        marks = ", ".join("?" * len(chunk))
+    for chunk, marks in in_chunks(wanted):
         for account_id, seq in conn.execute(
             f"SELECT account_id, seq FROM account_event_heads WHERE account_id IN ({marks})",  # noqa: S608 - only ?s
             chunk,

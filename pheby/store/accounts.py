@@ -18,6 +18,7 @@ import anyio
 import msgspec
 
 from pheby.db import Connection, Database, IntegrityError, Row
+from pheby.db.in_lists import in_chunks
 from pheby.errors import BadRequest, Conflict, NotFound
 from pheby.store.lockout import PasswordHashing
 from pheby.store.password_hashing import SCRYPT_COST, ScryptCost, check_password, hash_password, verify
@@ -27,7 +28,6 @@ from pheby.store.sessions import end_sessions_but
 TokenKind = Literal["session", "api"]
 OWNER_NAME = "owner"
 _NAME_MAX = 64
-LOOKUP_CHUNK = 500  # ids a lookup binds at once (well under either engine's limit on parameters)
 T = TypeVar("T")
 
 
@@ -413,11 +413,10 @@ class Accounts:
 
         def q(c: Connection) -> list[Row]:
             rows: list[Row] = []
-            for start in range(0, len(wanted), LOOKUP_CHUNK):
-                chunk = wanted[start : start + LOOKUP_CHUNK]
+            for chunk, marks in in_chunks(wanted):
                 rows += c.execute(
                     "SELECT t.id FROM auth_tokens t JOIN accounts a ON a.id = t.account_id "  # noqa: S608 - placeholders only
-                    f"WHERE t.id IN ({', '.join('?' * len(chunk))}) AND t.revoked_at IS NULL "
+                    f"WHERE t.id IN ({marks}) AND t.revoked_at IS NULL "
                     "AND (t.expires_at IS NULL OR t.expires_at > ?) AND a.disabled = 0",
                     (*chunk, now),
                 ).fetchall()
