@@ -1,9 +1,8 @@
 """The metadata database: SQLite (the default, one process) or PostgreSQL (`PHEBY_DATABASE_URL`).
 
 Stores write one SQL for both engines (`interface`); each engine's module owns what differs: SQLite's
-one connection on one thread (`sqlite`), PostgreSQL's pool and its parameter style (`postgres`), and a list
-bound to `IN (…)` in chunks (`in_lists`).
-Numbered migrations (`migrations`) are applied at start-up, once each, and recorded in
+one connection on one thread (`sqlite`), PostgreSQL's pool and its parameter style (`postgres`). A list
+bound to `IN (…)` goes in chunks (`in_lists`). Numbered migrations (`migrations`) are applied at start-up, once each, and recorded in
 `schema_migrations`; a database a newer server migrated further (`SchemaTooNew`) is refused before
 anything is written to it.
 
