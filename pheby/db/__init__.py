@@ -2,9 +2,9 @@
 
 Stores write one SQL for both engines (`interface`); each engine's module owns what differs: SQLite's
 one connection on one thread (`sqlite`), PostgreSQL's pool and its parameter style (`postgres`). A list
-bound to `IN (…)` goes in chunks (`in_lists`). Numbered migrations (`migrations`) are applied at start-up, once each, and recorded in
-`schema_migrations`; a database a newer server migrated further (`SchemaTooNew`) is refused before
-anything is written to it.
+bound to `IN (…)` goes in chunks (`in_lists`). Numbered migrations (`migrations`) are applied at
+start-up, once each, and recorded in `schema_migrations`; a database a newer server migrated further
+(`SchemaTooNew`) is refused before anything is written to it.
 
 May import: `pheby.errors` (its database errors) and itself; nothing else of the server.
 """
