@@ -17,6 +17,7 @@ from pheby.db import Database, SqliteDatabase
 from pheby.db.postgres import PostgresDatabase
 from pheby.events import Bell, Event, EventLog, Feed, LocalBell, RedisBell, Ring
 from tests.database import add_accounts
+from tests.polling import until
 from tests.redis_server import RedisServer, RedisTarget
 
 pytestmark = [pytest.mark.anyio]
@@ -66,14 +67,6 @@ async def process(db: Database, bell: Bell, **feed_options: float) -> AsyncItera
         await db.close()
 
 
-async def until(condition: Callable[[], bool], seconds: float = DEADLINE, what: str = "condition") -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {seconds} s")
-        await asyncio.sleep(0.01)
-
-
 def delivered_all(procs: list[Process], heads: dict[str, int]) -> Callable[[], bool]:
     return lambda: all(len(p.got.seqs[a]) >= head for p in procs for a, head in heads.items())
 
@@ -96,7 +89,11 @@ async def two_processes(
             procs.append(await stack.enter_async_context(process(db, bell, **feed_options)))
         # Connected, and the RESYNC of the first connect read (of nothing): every delivery to come is counted
         # by its true cause.
-        await until(lambda: all(p.bell.connected and p.feed.resyncs >= 1 for p in procs), what="bells connected")
+        await until(
+            lambda: all(p.bell.connected and p.feed.resyncs >= 1 for p in procs),
+            what="bells connected",
+            timeout=DEADLINE,
+        )
         yield procs[0], procs[1]
 
 
@@ -117,8 +114,8 @@ async def test_two_processes_deliver_what_either_appends_to_both_exactly_once_in
 
         await asyncio.gather(appends(one, "a", 15), appends(two, "a", 15), appends(two, "b", 10), appends(one, "c", 5))
         heads = {"a": 30, "b": 10}
-        await until(delivered_all([one, two], heads), what="every event at both")
-        await until(lambda: len(two.got.seqs["c"]) >= 5, what="c's events")
+        await until(delivered_all([one, two], heads), what="every event at both", timeout=DEADLINE)
+        await until(lambda: len(two.got.seqs["c"]) >= 5, what="c's events", timeout=DEADLINE)
         await asyncio.sleep(0.1)  # anything delivered twice would be by now
         assert_exactly_once_in_order([one, two], heads)
         assert two.got.seqs["c"] == [1, 2, 3, 4, 5]
@@ -154,7 +151,7 @@ async def test_redis_stopped_mid_traffic_loses_nothing_and_the_bell_comes_back_b
         await append_some(10)  # with Redis surely down
         assert not one.bell.connected
         assert not two.bell.connected
-        await until(delivered_all([one, two], {"a": appended}), what="every event by polling")
+        await until(delivered_all([one, two], {"a": appended}), what="every event by polling", timeout=DEADLINE)
         assert_exactly_once_in_order([one, two], {"a": appended})
         assert one.feed.delivered_by["poll"] > 0
         assert two.feed.delivered_by["poll"] > 0
@@ -166,21 +163,24 @@ async def test_redis_stopped_mid_traffic_loses_nothing_and_the_bell_comes_back_b
         switched = time.monotonic()
         resyncs = [p.feed.resyncs for p in (one, two)]
         await asyncio.to_thread(own_redis_server.start)
-        await until(lambda: one.bell.connected and two.bell.connected, what="bells reconnected")
+        await until(lambda: one.bell.connected and two.bell.connected, what="bells reconnected", timeout=DEADLINE)
         assert all(isinstance(p.bell, RedisBell) and p.bell.reconnects >= 1 for p in (one, two))
         # Each feed re-reads its positions once its bell is back (nothing new to read here); let that read end,
         # so what follows can only come by ring.
         await until(
             lambda: all(p.feed.resyncs > r for p, r in zip((one, two), resyncs, strict=True)),
             what="resync after reconnect",
+            timeout=DEADLINE,
         )
-        await until(lambda: all(p.feed.last_timed_check > switched for p in (one, two)), what="the last poll")
+        await until(
+            lambda: all(p.feed.last_timed_check > switched for p in (one, two)), what="the last poll", timeout=DEADLINE
+        )
         rung = [p.feed.delivered_by["ring"] for p in (one, two)]
         for n in range(5):
             started = time.monotonic()
             await (one, two)[n % 2].log.append("a", "test", {"n": appended})
             appended += 1
-            await until(delivered_all([one, two], {"a": appended}), seconds=0.5, what="delivery by ring")
+            await until(delivered_all([one, two], {"a": appended}), timeout=0.5, what="delivery by ring")
             assert time.monotonic() - started < 0.5
         assert [p.feed.delivered_by["ring"] for p in (one, two)] == [r + 5 for r in rung]
         assert_exactly_once_in_order([one, two], {"a": appended})
@@ -191,7 +191,7 @@ async def test_a_lost_ring_is_found_by_the_position_check(postgres_url: str, red
         await add_accounts(one.db, "a")
         await two.feed.subscribe("a")
         await one.log.append("a", "test", 1)
-        await until(lambda: two.got.seqs["a"] == [1], what="a rung event")
+        await until(lambda: two.got.seqs["a"] == [1], what="a rung event", timeout=DEADLINE)
 
         silent = EventLog(one.db)  # no bell: this append's ring is never published
         repairs, checked, rung = (
@@ -201,14 +201,14 @@ async def test_a_lost_ring_is_found_by_the_position_check(postgres_url: str, red
         )
         started = time.monotonic()
         await silent.append("a", "test", 2)
-        await until(lambda: two.got.seqs["a"] == [1, 2], seconds=3, what="the unrung event")
+        await until(lambda: two.got.seqs["a"] == [1, 2], timeout=3, what="the unrung event")
         assert time.monotonic() - started < 0.5 + 1.0  # within a check interval (and a read)
         assert two.feed.gap_repairs["check"] == repairs + 1
         assert two.feed.delivered_by["check"] == checked + 1
         assert two.feed.delivered_by["ring"] == rung
 
         await one.log.append("a", "test", 3)  # and rings go on as before
-        await until(lambda: two.got.seqs["a"] == [1, 2, 3], what="the next rung event")
+        await until(lambda: two.got.seqs["a"] == [1, 2, 3], what="the next rung event", timeout=DEADLINE)
         assert two.got.seqs["a"] == [1, 2, 3]
 
 
@@ -222,7 +222,7 @@ async def test_a_ring_that_skips_ahead_reads_the_events_in_between_first(
         for n in range(3):
             await silent.append("a", "test", n)  # 1, 2, 3 unrung
         await one.log.append("a", "test", 3)  # 4 rings
-        await until(lambda: len(two.got.seqs["a"]) >= 4, what="all four")
+        await until(lambda: len(two.got.seqs["a"]) >= 4, what="all four", timeout=DEADLINE)
         assert two.got.seqs["a"] == [1, 2, 3, 4]
         assert two.feed.gap_repairs["ring"] == 1
 
@@ -238,7 +238,9 @@ async def test_rings_for_accounts_not_subscribed_are_ignored(postgres_url: str, 
             await client.publish(f"{redis_url.prefix}events:a", "not a ring")
         await one.log.append("b", "test", 1)
         await one.log.append("a", "test", 1)
-        await until(lambda: two.got.seqs["a"] == [1] and one.got.seqs["b"] == [1], what="the real events")
+        await until(
+            lambda: two.got.seqs["a"] == [1] and one.got.seqs["b"] == [1], what="the real events", timeout=DEADLINE
+        )
         await asyncio.sleep(0.1)
         assert set(two.got.seqs) == {"a"}
         assert two.feed.positions == {"a": 1}
@@ -246,7 +248,7 @@ async def test_rings_for_accounts_not_subscribed_are_ignored(postgres_url: str, 
         await two.feed.unsubscribe("a")
         await one.log.append("a", "test", 2)
         await one.log.append("b", "test", 2)
-        await until(lambda: one.got.seqs["b"] == [1, 2], what="b's second event")
+        await until(lambda: one.got.seqs["b"] == [1, 2], what="b's second event", timeout=DEADLINE)
         await asyncio.sleep(0.1)
         assert two.got.seqs["a"] == [1]
         assert two.feed.positions == {}
@@ -256,7 +258,7 @@ async def test_the_bell_rings_once_subscribe_returns(postgres_url: str, redis_ur
     bell = RedisBell(redis_url.url, prefix=redis_url.prefix)
     await bell.start()
     try:
-        await until(lambda: bell.connected, what="connected")
+        await until(lambda: bell.connected, what="connected", timeout=DEADLINE)
         await bell.subscribe("x")
         other = RedisBell(redis_url.url, prefix=redis_url.prefix)
         await other.publish("x", 3)
@@ -280,7 +282,7 @@ async def test_one_process_on_sqlite_with_the_local_bell(tmp_path: Path) -> None
         assert await p.feed.subscribe("a") == 0
         for n in range(20):
             await p.log.append("a" if n % 4 else "b", "test", n)
-        await until(lambda: len(p.got.seqs["a"]) >= 15, what="a's events")
+        await until(lambda: len(p.got.seqs["a"]) >= 15, what="a's events", timeout=DEADLINE)
         assert p.got.seqs["a"] == list(range(1, 16))
         assert "b" not in p.got.seqs
         assert p.feed.delivered_by["ring"] == 15
@@ -295,5 +297,5 @@ async def test_one_process_on_sqlite_with_the_local_bell(tmp_path: Path) -> None
         assert await p.feed.subscribe("b", after=1) == 5
         assert p.got.truncated == ["b"]
         await p.log.append("b", "test", 99)
-        await until(lambda: p.got.seqs["b"][-1:] == [6], what="b's next event")
+        await until(lambda: p.got.seqs["b"][-1:] == [6], what="b's next event", timeout=DEADLINE)
         assert p.got.seqs["b"] == [3, 4, 5, 6]
