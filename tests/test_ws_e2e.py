@@ -1030,10 +1030,15 @@ async def test_history_snapshots_agree_with_the_live_events(connect: Callable[..
         assert assert_snapshots_agree_with_the_live_events(client.frames) > 25
 
 
-def log_in_sync(live_server: LiveServer, conversation_id: str) -> bool:
-    """Whether the server's log of the conversation is known to match Hermes (its after-turn work is done)."""
-    rows = query(live_server.settings, "SELECT state FROM history_sync WHERE conversation_id = ?", (conversation_id,))
-    return bool(rows) and rows[0][0] is not None
+def turn_logged(live_server: LiveServer, conversation_id: str, answer: str) -> bool:
+    """Whether the run's after-turn work has read the transcript holding `answer` and logged it. (A sync state
+    alone shows nothing: the read before the run keeps one too, and the after-turn read may still come.)"""
+    logged = query(
+        live_server.settings,
+        "SELECT 1 FROM history_log WHERE conversation_id = ? AND role = 'assistant' AND text = ?",
+        (conversation_id, answer),
+    )
+    return bool(logged)
 
 
 class ReadGate:
@@ -1075,7 +1080,7 @@ async def test_a_snapshot_read_while_runs_finish_holds_their_turns(
     opener = await connect()
     conversation_id = await new_conversation(sender)
     await run_to_end(sender, conversation_id, "before")
-    await until(lambda: log_in_sync(live_server, conversation_id), "the first turn logged")
+    await until(lambda: turn_logged(live_server, conversation_id, "You said: before"), "the first turn logged")
     # A turn typed in another Hermes client: the open can't page from the log, it reads the transcript.
     session = demo_hermes.state.sessions.get(f"pheby_{conversation_id}")
     assert session is not None
