@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Final
 
 from pheby.db import Connection, Database
+from pheby.errors import DatabaseUnavailable
 
 log = logging.getLogger("pheby.lease")
 
@@ -134,6 +135,10 @@ class ServerLease:
                 log.warning("renewing the server lease failed (%s); trying again", type(exc).__name__)
 
     async def release(self) -> None:
-        await self._db.run(
-            lambda c: c.execute("DELETE FROM process_leases WHERE name = ? AND holder = ?", (SERVER, self.holder))
-        )
+        """Give the lease up (at shutdown). With the database away, it lapses by itself within `LEASE_SECONDS`."""
+        try:
+            await self._db.run(
+                lambda c: c.execute("DELETE FROM process_leases WHERE name = ? AND holder = ?", (SERVER, self.holder))
+            )
+        except DatabaseUnavailable:
+            log.warning("the server lease could not be given up (the database is unavailable); it lapses by itself")

@@ -13,6 +13,7 @@ from pheby.db.postgres import PostgresDatabase
 from pheby.process_lease import LEASE_SECONDS, LeaseHeld, ServerLease
 from tests.crash_safety import REPO_ROOT, SECRET, ServerProcess
 from tests.live_server import free_port
+from tests.postgres_server import PostgresServer, fresh_database
 
 pytestmark = pytest.mark.anyio
 
@@ -122,3 +123,19 @@ async def test_a_second_pheby_serve_is_refused_with_one_line_and_a_restart_after
 
 def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(("PHEBY_", "HERMES_", "AWS_"))}
+
+
+async def test_giving_the_lease_up_with_the_database_stopped_does_not_fail_the_shutdown(
+    own_postgres_server: PostgresServer,
+) -> None:
+    with fresh_database(own_postgres_server.url) as url:
+        database = PostgresDatabase(url, pool_size=1)
+        await database.open()
+        try:
+            lease = ServerLease(database, holder="here:1:a")
+            await lease.take()
+            own_postgres_server.stop()
+            await lease.release()  # logged; the lease lapses by itself
+            own_postgres_server.start()
+        finally:
+            await database.close()
