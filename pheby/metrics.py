@@ -95,6 +95,17 @@ EVENT_BELL_LAG = Histogram(
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
 )
 BELL_CONNECTED = Gauge("pheby_event_bell_connected", "1 while the bell's subscriber connection is up, else 0")
+EVENT_LOG_ROWS = Gauge("pheby_event_log_rows", "Events the account event logs hold (read when they are pruned)")
+LIVE_DROPPED = Counter(
+    "pheby_live_dropped_total", "Live messages (a run's streaming text) dropped: the bell's queue was full"
+)
+LIVE_PUBLISH_FAILURES = Counter(
+    "pheby_live_publish_failures_total", "Live messages not published (the bell was down); the next makes up for it"
+)
+EVENTS_UNLOGGED = Counter(
+    "pheby_events_unlogged_total",
+    "Events the cluster hub could not append (the database was down): delivered to this process's clients only",
+)
 
 
 @cache

@@ -8,8 +8,10 @@ from typing import Any
 
 from pheby import metrics
 from pheby.auth import Authenticator
+from pheby.cluster import ClusterHub
 from pheby.db import Database
 from pheby.errors import PhebyError
+from pheby.events import EventLog, RedisBell
 from pheby.hermes.features import HermesFeatures
 from pheby.hermes.history_pages import HistoryPages
 from pheby.hermes.memory import MemoryFiles
@@ -67,10 +69,17 @@ class Services:
         self.oidc = OidcSignIn(settings, OidcStore(db), accounts)  # OpenID Connect sign-in
         self.passkeys = Passkeys(db, accounts)  # registration and sign-in (`pheby.signin.passkeys`)
         self.sockets_before_hello = AddressSlots(limit=8)
-        self.hub = CoalescingHub(
-            max_sockets=settings.ws_max_connections,
-            delta_window_seconds=settings.ws_delta_window_ms / 1000,
-            append_window_seconds=settings.ws_append_window_ms / 1000,
+        hub_options: dict[str, Any] = {
+            "max_sockets": settings.ws_max_connections,
+            "delta_window_seconds": settings.ws_delta_window_ms / 1000,
+            "append_window_seconds": settings.ws_append_window_ms / 1000,
+        }
+        # With Redis, the deployment's processes share each account's events (`pheby.cluster`).
+        self.event_log = (
+            EventLog(db, RedisBell(settings.redis_url, prefix=settings.redis_prefix)) if settings.redis_url else None
+        )
+        self.hub = (
+            CoalescingHub(**hub_options) if self.event_log is None else ClusterHub(log=self.event_log, **hub_options)
         )
         self.conversations = Conversations(db)
         self.history = HistoryPages(db, self.conversations)  # conversation.open's pages, from the log when in sync
@@ -183,6 +192,12 @@ class Services:
         await asyncio.gather(*self._background, return_exceptions=True)
 
 
+async def _close_cluster_hub(hub: ClusterHub) -> None:
+    await hub.aclose()
+    if hub.event_log.bell is not None:
+        await hub.event_log.bell.aclose()
+
+
 @asynccontextmanager
 async def open_services(settings: Settings) -> AsyncIterator[Services]:
     """Open the database (migrating it), the owner account, the blob store and Hermes clients; close after."""
@@ -215,6 +230,9 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
             blobs=blobs,
             hermes=hermes,
         )
+        if isinstance(services.hub, ClusterHub):  # closed after everything that may broadcast
+            await services.hub.start()
+            stack.push_async_callback(_close_cluster_hub, services.hub)
         stack.push_async_callback(services.push.aclose)
         stack.push_async_callback(services.plugin_link.aclose)
         stack.push_async_callback(services.hermes_features.aclose)

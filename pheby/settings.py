@@ -29,6 +29,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     data_dir: Path = DEFAULT_DATA_DIR
     # PHEBY_DATABASE_URL: postgresql://… to keep the metadata in PostgreSQL; empty: SQLite in the data dir.
     database_url: Annotated[str, msgspec.Meta(pattern=r"^(postgres(ql)?://.*)?$")] = ""
+    # PHEBY_REDIS_URL: redis://… (or rediss://…) to share each account's events with the deployment's other
+    # processes (`pheby.cluster`); needs PostgreSQL. PHEBY_REDIS_PREFIX: its keys' and channels' prefix.
+    redis_url: Annotated[str, msgspec.Meta(pattern=r"^(rediss?://.*)?$")] = ""
+    redis_prefix: Annotated[str, msgspec.Meta(max_length=64)] = "pheby:"
+    # PHEBY_EVENT_RETENTION_SECONDS / PHEBY_EVENT_RETENTION_COUNT: how long, and how many per account, the
+    # event log keeps; a client further behind gets a full snapshot.
+    event_retention_seconds: Annotated[int, msgspec.Meta(ge=60)] = 24 * 3600
+    event_retention_count: Annotated[int, msgspec.Meta(ge=100)] = 10_000
     # PHEBY_SECRET: authenticates the owner account. Filled in by `resolve_secret` when unset.
     secret: Annotated[str, msgspec.Meta(min_length=16)]
     # HERMES_URL / HERMES_API_KEY: the gateway's API server. Empty URL means "start the demo Hermes".
@@ -159,6 +167,10 @@ ENV_NAMES: dict[str, str] = {
     "port": "PHEBY_PORT",
     "data_dir": "PHEBY_DATA_DIR",
     "database_url": "PHEBY_DATABASE_URL",
+    "redis_url": "PHEBY_REDIS_URL",
+    "redis_prefix": "PHEBY_REDIS_PREFIX",
+    "event_retention_seconds": "PHEBY_EVENT_RETENTION_SECONDS",
+    "event_retention_count": "PHEBY_EVENT_RETENTION_COUNT",
     "secret": "PHEBY_SECRET",
     "hermes_url": "HERMES_URL",
     "hermes_api_key": "HERMES_API_KEY",
@@ -304,6 +316,8 @@ def _describe(exc: msgspec.ValidationError) -> str:
 
 
 def _check_consistency(settings: Settings) -> None:
+    if settings.redis_url and not settings.database_url:
+        raise SettingsError("PHEBY_REDIS_URL: needs PHEBY_DATABASE_URL=postgresql://… (processes share PostgreSQL)")
     if settings.storage == "s3" and not settings.s3_bucket:
         raise SettingsError("PHEBY_S3_BUCKET: required when PHEBY_STORAGE=s3")
     for origin in settings.allowed_origins:

@@ -1,4 +1,5 @@
-"""The APScheduler jobs of the server process: Hermes job polling, attachment expiry, the blob sweep.
+"""The APScheduler jobs of the server process: Hermes job polling, attachment expiry, the blob sweep, and
+(with Redis) the event log's retention.
 
 `running_scheduler` is entered in the app lifespan. A lock file in the data dir keeps a second
 server process on the same data (a second worker, an overlapping deploy) from running the jobs
@@ -17,11 +18,13 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from pheby.services import Services
 from scheduler.attachment_expiry import expire_attachments
 from scheduler.blob_sweep import sweep_blobs
+from scheduler.event_retention import prune_events
 from scheduler.job_poller import poll_cron_sessions
 
 log = logging.getLogger("pheby.scheduler")
 
 JOB_DEFAULTS = {"coalesce": True, "max_instances": 1, "misfire_grace_time": 60}
+EVENT_PRUNE_MINUTES = 10
 
 
 @asynccontextmanager
@@ -58,6 +61,16 @@ async def running_scheduler(services: Services) -> AsyncIterator[AsyncIOSchedule
         id="sweep-blobs",
         replace_existing=True,
     )
+    if services.event_log is not None:
+        scheduler.add_job(
+            prune_events,
+            "interval",
+            minutes=EVENT_PRUNE_MINUTES,
+            next_run_time=datetime.now(UTC),  # and at start-up: the log's size is known from the start
+            args=[services],
+            id="prune-events",
+            replace_existing=True,
+        )
     scheduler.start()
     try:
         yield scheduler

@@ -64,7 +64,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def _postgresql_and_s3(item: pytest.Item) -> bool:
     params = getattr(getattr(item, "callspec", None), "params", {})
-    return bool(params.get("database_url") == "postgresql" and "s3" in params.values())
+    return bool(params.get("database_url") in ("postgresql", "cluster") and "s3" in params.values())
 
 
 @pytest.fixture(autouse=True)
@@ -79,9 +79,13 @@ def anyio_backend() -> str:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """A test marked `both_engines` (or in a module so marked) runs once on SQLite and once on PostgreSQL."""
+    """A test marked `both_engines` (or in a module so marked) runs once on SQLite and once on PostgreSQL;
+    one also marked `in_cluster` runs a third time on PostgreSQL with Redis (`pheby.cluster`'s hub)."""
     if "database_url" in metafunc.fixturenames and metafunc.definition.get_closest_marker("both_engines"):
-        metafunc.parametrize("database_url", ["sqlite", "postgresql"], indirect=True)
+        engines = ["sqlite", "postgresql"]
+        if metafunc.definition.get_closest_marker("in_cluster"):
+            engines.append("cluster")
+        metafunc.parametrize("database_url", engines, indirect=True)
 
 
 @pytest.fixture
@@ -89,18 +93,35 @@ def database_url(request: pytest.FixtureRequest) -> str:
     """What `make_settings` puts in PHEBY_DATABASE_URL: empty (SQLite in the data dir) unless the test runs on
     PostgreSQL (`both_engines`, or every test with PHEBY_TEST_ENGINE=postgresql), then a new database of its own,
     migrated (a copy of one migrated once)."""
-    if getattr(request, "param", os.environ.get("PHEBY_TEST_ENGINE", "sqlite")) == "postgresql":
+    if _engine(request) in ("postgresql", "cluster"):
         url: str = request.getfixturevalue("migrated_postgres_url")
         return url
     return ""
 
 
+def _engine(request: pytest.FixtureRequest) -> str:
+    """The engine the test's `database_url` runs on: sqlite, postgresql or cluster (PostgreSQL and Redis)."""
+    params = getattr(getattr(request.node, "callspec", None), "params", {})
+    engine: str = params.get("database_url", os.environ.get("PHEBY_TEST_ENGINE", "sqlite"))
+    return engine
+
+
 @pytest.fixture
-def make_settings(tmp_path: Path, database_url: str) -> Callable[..., Settings]:
+def cluster_settings(request: pytest.FixtureRequest, database_url: str) -> dict[str, str]:
+    """What `make_settings` adds on the cluster engine: a Redis of the test's (its own key prefix)."""
+    if _engine(request) != "cluster":
+        return {}
+    target = request.getfixturevalue("redis_url")
+    return {"redis_url": target.url, "redis_prefix": target.prefix}
+
+
+@pytest.fixture
+def make_settings(tmp_path: Path, database_url: str, cluster_settings: dict[str, str]) -> Callable[..., Settings]:
     """Settings on a temp data dir with a known owner secret (and the test's database); keyword overrides win."""
 
     def make(**overrides: Any) -> Settings:
         values: dict[str, Any] = {"data_dir": tmp_path / "data", "secret": TEST_SECRET, "database_url": database_url}
+        values.update(cluster_settings)
         values.update(overrides)
         return load_settings({}, **values)
 

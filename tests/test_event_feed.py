@@ -9,6 +9,7 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis.asyncio
@@ -44,7 +45,7 @@ class Collector:
 class Process:
     """One server process's share: its pool, its bell, its log facade, its feed and what it delivered."""
 
-    def __init__(self, db: Database, bell: Bell, **feed_options: float) -> None:
+    def __init__(self, db: Database, bell: Bell, **feed_options: Any) -> None:
         self.db = db
         self.bell = bell
         self.log = EventLog(db, bell)
@@ -53,7 +54,7 @@ class Process:
 
 
 @asynccontextmanager
-async def process(db: Database, bell: Bell, **feed_options: float) -> AsyncIterator[Process]:
+async def process(db: Database, bell: Bell, **feed_options: Any) -> AsyncIterator[Process]:
     await db.open()
     try:
         proc = Process(db, bell, **feed_options)
@@ -79,7 +80,7 @@ def assert_exactly_once_in_order(procs: list[Process], heads: dict[str, int]) ->
 
 @asynccontextmanager
 async def two_processes(
-    postgres_url: str, redis_url: str, prefix: str, **feed_options: float
+    postgres_url: str, redis_url: str, prefix: str, **feed_options: Any
 ) -> AsyncIterator[tuple[Process, Process]]:
     async with AsyncExitStack() as stack:
         procs = []

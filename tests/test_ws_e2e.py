@@ -365,6 +365,7 @@ async def test_internal_error_reveals_nothing(
 
 
 @pytest.mark.both_engines
+@pytest.mark.in_cluster
 async def test_conversation_lifecycle_and_broadcasts(connect: Callable[..., Any]) -> None:
     first, second = await connect(), await connect()
     created = await first.request("conversation.create", "conversation.created", name="Project X")
@@ -586,6 +587,7 @@ async def test_a_cancel_right_after_run_accepted_stops_the_run(owner: PhebyClien
 
 
 @pytest.mark.both_engines
+@pytest.mark.in_cluster
 async def test_streamed_run_follows_the_state_machine(owner: PhebyClient) -> None:
     conversation_id = await new_conversation(owner)
     frames = await run_to_end(owner, conversation_id, "hello there")
@@ -648,6 +650,7 @@ async def test_history_pages_and_feeds_the_next_run(owner: PhebyClient) -> None:
 
 
 @pytest.mark.both_engines
+@pytest.mark.in_cluster
 async def test_one_run_per_conversation_and_cancel(owner: PhebyClient) -> None:
     conversation_id = await new_conversation(owner)
     accepted = await owner.request("chat.send", "run.accepted", conversation_id=conversation_id, text="/demo slow")
@@ -740,6 +743,7 @@ async def test_a_tool_in_flight_when_the_run_is_cancelled_ends_cancelled(owner: 
 
 
 @pytest.mark.both_engines
+@pytest.mark.in_cluster
 async def test_approval_once_and_deny(connect: Callable[..., Any]) -> None:
     first, second = await connect(), await connect()
     conversation_id = await new_conversation(first)
@@ -830,6 +834,7 @@ async def test_session_approval_covers_later_runs_of_the_conversation(owner: Phe
 
 
 @pytest.mark.both_engines
+@pytest.mark.in_cluster
 async def test_clarify(connect: Callable[..., Any]) -> None:
     first, second = await connect(), await connect()
     conversation_id = await new_conversation(first)
@@ -948,6 +953,7 @@ async def test_yolo_is_per_conversation_and_survives_restart(
 
 
 @pytest.mark.both_engines
+@pytest.mark.in_cluster
 async def test_accounts_only_see_their_own_events(connect: Callable[..., Any], live_server: LiveServer) -> None:
     first, second = await connect(), await connect()
     bob = await connect(secret=await add_account(live_server.settings, "bob"))
@@ -972,6 +978,7 @@ async def test_accounts_only_see_their_own_events(connect: Callable[..., Any], l
 
 
 @pytest.mark.both_engines
+@pytest.mark.in_cluster
 async def test_reconnect_mid_run_recovers_the_snapshot(connect: Callable[..., Any]) -> None:
     client = await connect()
     conversation_id = await new_conversation(client)
@@ -1010,6 +1017,8 @@ def assert_snapshots_agree_with_the_live_events(frames: list[Frame]) -> int:
     return len(snapshots)
 
 
+@pytest.mark.both_engines
+@pytest.mark.in_cluster
 async def test_history_snapshots_agree_with_the_live_events(connect: Callable[..., Any]) -> None:
     sender = await connect()
     openers = [await connect() for _ in range(3)]
@@ -1114,6 +1123,7 @@ async def test_a_snapshot_read_while_runs_finish_holds_their_turns(
 
 
 @pytest.mark.both_engines
+@pytest.mark.in_cluster
 async def test_reconnect_recovers_a_pending_approval(connect: Callable[..., Any]) -> None:
     client = await connect()
     conversation_id = await new_conversation(client)

@@ -67,7 +67,8 @@ async def handle(ctx: WsContext, msg: ConversationOpen) -> None:
             )
         except hc.HermesError as exc:  # any failure reading it: history can't be loaded now
             raise hermes_failure(exc, failed=HISTORY_UNAVAILABLE, unavailable=HISTORY_UNAVAILABLE) from None
-        attachments = await services.attachments.for_conversation(ctx.account.id, conversation.id)  # the last await
+        attachments = await services.attachments.for_conversation(ctx.account.id, conversation.id)
+        await services.hub.settled(ctx.account.id)  # the last await: what was broadcast is out, what follows isn't
         # From here to the reply, no await: no broadcast can come between the run state and the snapshot.
         shown = runs.with_finished_turns(conversation.id, shown)
     has_newer: bool | UnsetType = UNSET

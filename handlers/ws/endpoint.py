@@ -76,6 +76,7 @@ async def _authenticated(socket: WebSocket[Any, Any, Any], services: Services) -
     ctx = WsContext(principal.account, services, connection)
     connection.start()
     try:
+        await services.hub.joined(principal.account.id)  # events broadcast after `ready` reach it, from any process
         connection.send(Ready(request_id=hello_request_id, features=features))
         await _serve(socket, ctx)
     finally:

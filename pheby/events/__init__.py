@@ -9,7 +9,7 @@ resync, a periodic position check, or (the bell down) by polling.
 May import: `pheby.db`, `pheby.errors`, `pheby.settings`, `pheby.metrics` (the basics) and itself.
 """
 
-from pheby.events.bell import RESYNC, Bell, BellUnavailable, LocalBell, RedisBell, Resync, Ring
+from pheby.events.bell import RESYNC, Bell, BellUnavailable, Live, LocalBell, RedisBell, Resync, Ring
 from pheby.events.feed import Feed
 from pheby.events.log import Appender, Event, EventLog, Truncated, append, heads, prune, read_after, ring
 
@@ -21,6 +21,7 @@ __all__ = [
     "Event",
     "EventLog",
     "Feed",
+    "Live",
     "LocalBell",
     "RedisBell",
     "Resync",

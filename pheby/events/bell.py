@@ -10,6 +10,11 @@ consumer re-reads every position it holds.
 one channel per account under a key prefix, with a subscriber connection of its own that it keeps up:
 a connection error (or a PING unanswered) closes it, and a new one is made after a bounded backoff,
 every subscribed account subscribed again, then `RESYNC`. It never gives up.
+
+The same connection carries `Live` messages: what is published only, never logged (a run's text while
+it streams), with the seq of the account's log it follows. They are as unreliable as rings and are
+dropped, never queued past `LIVE_BYTES`: each one carries a run's whole text so far, so the next one
+(or the logged event that ends the text) makes up for a lost one.
 """
 
 import asyncio
@@ -30,11 +35,23 @@ from redis.backoff import NoBackoff
 
 from pheby import metrics
 
-__all__ = ["QUEUE_SIZE", "RESYNC", "Bell", "BellUnavailable", "LocalBell", "RedisBell", "Resync", "Ring"]
+__all__ = [
+    "LIVE_BYTES",
+    "QUEUE_SIZE",
+    "RESYNC",
+    "Bell",
+    "BellUnavailable",
+    "Live",
+    "LocalBell",
+    "RedisBell",
+    "Resync",
+    "Ring",
+]
 
 log = logging.getLogger(__name__)
 
 QUEUE_SIZE = 10_000  # rings waiting for the consumer; past it they are dropped and RESYNC is owed
+LIVE_BYTES = 8 * 1024 * 1024  # live messages' bytes waiting for the consumer; past it new ones are dropped
 
 
 class Ring(NamedTuple):
@@ -43,6 +60,15 @@ class Ring(NamedTuple):
     account_id: str
     seq: int
     published_at: float | None = None
+
+
+class Live(NamedTuple):
+    """Something published only (not logged) for the account, after its log reached `after`: `data`, as
+    its publisher encoded it."""
+
+    account_id: str
+    after: int
+    data: bytes
 
 
 class Resync(Enum):
@@ -61,10 +87,13 @@ class BellUnavailable(Exception):
 class Bell(ABC):
     """Rings for the accounts subscribed to, to one consumer (`receive`), in a bounded queue."""
 
-    def __init__(self, *, queue_size: int = QUEUE_SIZE) -> None:
+    def __init__(self, *, queue_size: int = QUEUE_SIZE, live_bytes: int = LIVE_BYTES) -> None:
         self.subscribed: set[str] = set()
-        self._rings: deque[Ring] = deque()
+        self._rings: deque[Ring | Live] = deque()
         self._queue_size = queue_size
+        self._live_bytes = live_bytes
+        self._live_queued = 0  # bytes of the live messages in `_rings`
+        self.live_dropped = 0
         self._resync_owed = False
         self._ready = asyncio.Event()
 
@@ -81,6 +110,11 @@ class Bell(ABC):
         """Ring every process subscribed to the account. Raises on failure (`ring` in `pheby.events.log`
         logs it): a lost ring delays a delivery, it loses nothing."""
 
+    @abstractmethod
+    async def publish_live(self, account_id: str, after: int, data: bytes) -> None:
+        """Send `data` to every process subscribed to the account (itself included), as following seq
+        `after` of its log. Raises on failure; a lost one is made up for by the next."""
+
     async def subscribe(self, account_id: str) -> None:
         """Receive the account's rings from now on (once this returns, if the bell is connected)."""
         self.subscribed.add(account_id)
@@ -89,14 +123,17 @@ class Bell(ABC):
         """Receive no more of the account's rings."""
         self.subscribed.discard(account_id)
 
-    async def receive(self) -> Ring | Resync:
-        """The next ring, or `RESYNC` when rings may have been lost. One consumer only."""
+    async def receive(self) -> Ring | Live | Resync:
+        """The next ring or live message, or `RESYNC` when rings may have been lost. One consumer only."""
         while True:
             if self._resync_owed:
                 self._resync_owed = False
                 return RESYNC
             if self._rings:
-                return self._rings.popleft()
+                item = self._rings.popleft()
+                if isinstance(item, Live):
+                    self._live_queued -= len(item.data)
+                return item
             self._ready.clear()
             await self._ready.wait()
 
@@ -112,11 +149,23 @@ class Bell(ABC):
         self._rings.append(ring)
         self._ready.set()
 
+    def _live(self, live: Live) -> None:
+        if live.account_id not in self.subscribed:
+            return
+        if len(self._rings) >= self._queue_size or self._live_queued + len(live.data) > self._live_bytes:
+            self.live_dropped += 1  # made up for by the next one; no RESYNC: the log lost nothing
+            metrics.LIVE_DROPPED.inc()
+            return
+        self._rings.append(live)
+        self._live_queued += len(live.data)
+        self._ready.set()
+
     def _resync(self, *, dropped: bool = False) -> None:
-        """Rings may have been lost: those queued are superseded by one RESYNC."""
+        """Rings may have been lost: those queued are superseded by one RESYNC (live messages go too)."""
         if dropped:
             log.warning("event bell queue full: %d rings dropped, resync", len(self._rings) + 1)
         self._rings.clear()
+        self._live_queued = 0
         self._resync_owed = True
         self._ready.set()
 
@@ -131,9 +180,13 @@ class LocalBell(Bell):
     async def publish(self, account_id: str, seq: int) -> None:
         self._ring(Ring(account_id, seq, time.time()))
 
+    async def publish_live(self, account_id: str, after: int, data: bytes) -> None:
+        self._live(Live(account_id, after, data))
+
 
 class RedisBell(Bell):
-    """Rings through Redis pub/sub: channel `{prefix}events:{account_id}`, message `"{seq} {published_at}"`.
+    """Rings through Redis pub/sub: channel `{prefix}events:{account_id}`, message `"{seq} {published_at}"`;
+    live messages on `{prefix}live:{account_id}`, message `b"{after} " + data`.
 
     Publishing uses a pool of its own; subscribing, one connection read by one task, which PINGs it when
     quiet and counts a PING unanswered within `ping_seconds` as a dead connection."""
@@ -147,9 +200,11 @@ class RedisBell(Bell):
         ping_seconds: float = 5.0,
         backoff_seconds: tuple[float, float] = (0.05, 2.0),
         queue_size: int = QUEUE_SIZE,
+        live_bytes: int = LIVE_BYTES,
     ) -> None:
-        super().__init__(queue_size=queue_size)
+        super().__init__(queue_size=queue_size, live_bytes=live_bytes)
         self._prefix = f"{prefix}events:"
+        self._live_prefix = f"{prefix}live:"
         self._ping_seconds = ping_seconds
         self._backoff = backoff_seconds
         self._pool: ConnectionPool = ConnectionPool.from_url(
@@ -182,21 +237,33 @@ class RedisBell(Bell):
         except redis.exceptions.RedisError as e:
             raise BellUnavailable() from e
 
+    async def publish_live(self, account_id: str, after: int, data: bytes) -> None:
+        if self._task is not None and not self._connected:
+            raise BellUnavailable()
+        try:
+            await self._publisher.publish(self._live_channel(account_id), b"%d %b" % (after, data))
+        except redis.exceptions.RedisError as e:
+            raise BellUnavailable() from e
+
     async def subscribe(self, account_id: str) -> None:
         await super().subscribe(account_id)
-        channel = self._channel(account_id).encode()
-        confirmed = self._confirmations.get(channel)
-        if confirmed is None:
-            confirmed = self._confirmations[channel] = asyncio.get_running_loop().create_future()
-        if await self._send("SUBSCRIBE", channel):
+        channels = [self._channel(account_id).encode(), self._live_channel(account_id).encode()]
+        confirmations = []
+        for channel in channels:
+            confirmed = self._confirmations.get(channel)
+            if confirmed is None:
+                confirmed = self._confirmations[channel] = asyncio.get_running_loop().create_future()
+            confirmations.append(confirmed)
+        if await self._send("SUBSCRIBE", *channels):
             # Once Redis confirms, every later publish reaches us. Not confirmed in time: the connection is
             # failing, and the reconnect subscribes it again and then says RESYNC.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(confirmed), self._ping_seconds)
+                async with asyncio.timeout(self._ping_seconds):  # not wait_for: it can lose a cancel (3.11)
+                    await asyncio.shield(asyncio.gather(*confirmations))
 
     async def unsubscribe(self, account_id: str) -> None:
         await super().unsubscribe(account_id)
-        await self._send("UNSUBSCRIBE", self._channel(account_id))
+        await self._send("UNSUBSCRIBE", self._channel(account_id), self._live_channel(account_id))
 
     async def aclose(self) -> None:
         if self._task is not None:
@@ -209,6 +276,9 @@ class RedisBell(Bell):
 
     def _channel(self, account_id: str) -> str:
         return f"{self._prefix}{account_id}"
+
+    def _live_channel(self, account_id: str) -> str:
+        return f"{self._live_prefix}{account_id}"
 
     async def _send(self, *args: str | bytes) -> bool:
         """Send a command on the subscriber connection if it is up; whether it was sent."""
@@ -258,7 +328,11 @@ class RedisBell(Bell):
     async def _listen(self, conn: AbstractConnection) -> None:
         """Subscribe every account, then read rings until the connection fails."""
         self._conn = conn
-        channels = [self._channel(account_id) for account_id in sorted(self.subscribed)]
+        channels = [
+            channel
+            for account_id in sorted(self.subscribed)
+            for channel in (self._channel(account_id), self._live_channel(account_id))
+        ]
         if channels:
             await conn.send_command("SUBSCRIBE", *channels, check_health=False)
         # Its answer comes after every subscription's: from then on no ring is missed, so RESYNC then.
@@ -288,7 +362,14 @@ class RedisBell(Bell):
 
     def _on_message(self, channel: bytes, data: Any) -> None:
         name = channel.decode(errors="replace")
-        if not name.startswith(self._prefix) or not isinstance(data, bytes):
+        if not isinstance(data, bytes):
+            return
+        if name.startswith(self._live_prefix):
+            after, _, body = data.partition(b" ")
+            if after.isdigit():
+                self._live(Live(name.removeprefix(self._live_prefix), int(after), body))
+            return
+        if not name.startswith(self._prefix):
             return
         seq_text, _, published = data.decode(errors="replace").partition(" ")
         try:

@@ -11,6 +11,11 @@ Three more reasons to read cover rings that never come:
   subscriber that went silent;
 - while the bell is down, the same check every `poll_seconds` (at most 1 s): polling, nothing lost.
 
+A live message (`pheby.events.bell.Live`: published, never logged) names the seq it follows: the feed
+first delivers the events up to it, then hands it to `on_live`, so it never overtakes the logged event it
+came after. An event this process appended itself is `offer`ed: delivered at once when it is the next,
+with no read of the log.
+
 Reads that find events no ring had announced are counted (`gap_repairs`, by cause). A position older
 than the log retains (`Truncated`) is not served from events: `on_truncated(account_id)` is called
 (the client is owed a full snapshot) and the feed goes on from the log's head.
@@ -25,7 +30,7 @@ from collections.abc import Awaitable, Callable
 
 from pheby import metrics
 from pheby.errors import DatabaseUnavailable
-from pheby.events.bell import RESYNC, Bell, Ring
+from pheby.events.bell import RESYNC, Bell, Live, Ring
 from pheby.events.log import MAX_READ, Event, EventLog, Truncated
 
 __all__ = ["CHECK_SECONDS", "POLL_SECONDS", "Feed"]
@@ -52,6 +57,7 @@ class Feed:
         on_event: Callable[[Event], Awaitable[None]],
         on_truncated: Callable[[str], Awaitable[None]],
         *,
+        on_live: Callable[[Live], Awaitable[None]] | None = None,
         check_seconds: float = CHECK_SECONDS,
         poll_seconds: float = POLL_SECONDS,
     ) -> None:
@@ -62,6 +68,7 @@ class Feed:
         self.last_timed_check = 0.0  # when the last check or poll of the timer began (monotonic)
         self._on_event = on_event
         self._on_truncated = on_truncated
+        self._on_live = on_live
         self._positions: dict[str, int] = {}  # account → the seq delivered last
         self._lock = asyncio.Lock()  # one reader of the log at a time: deliveries never interleave
         self._task: asyncio.Task[None] | None = None
@@ -103,6 +110,29 @@ class Feed:
         await self._catch_up(account_id, "subscribe")
         return self._positions.get(account_id, after)
 
+    def position(self, account_id: str) -> int | None:
+        """The seq delivered last of the account (None: not subscribed)."""
+        return self._positions.get(account_id)
+
+    async def offer(self, event: Event) -> bool:
+        """An event this process appended (its transaction committed): delivered now if it is the account's
+        next, else after the log's events before it (once, whichever way it comes). False when the account
+        is not subscribed here: nothing was delivered."""
+        async with self._lock:
+            position = self._positions.get(event.account_id)
+            if position is None:
+                return False
+            if position >= event.seq:
+                return True  # its ring, or a check, was here first
+            if position == event.seq - 1:
+                self._positions[event.account_id] = event.seq
+                self.delivered_by["own"] += 1
+                metrics.EVENTS_DELIVERED.inc()
+                await self._deliver_safely(self._on_event(event))
+                return True
+        await self._catch_up(event.account_id, "own")
+        return True
+
     async def unsubscribe(self, account_id: str) -> None:
         """Deliver no more of the account's events."""
         self._positions.pop(account_id, None)  # a catch-up under way stops before its next event
@@ -129,6 +159,8 @@ class Feed:
                     await self._check_all("resync")
                 elif isinstance(item, Ring):
                     await self._on_ring(item)
+                elif isinstance(item, Live):
+                    await self._on_live_message(item)
             except asyncio.CancelledError:
                 raise
             except DatabaseUnavailable:
@@ -147,6 +179,17 @@ class Feed:
         await self._catch_up(ring.account_id, "ring")
         if ring.published_at is not None and self._positions.get(ring.account_id, 0) >= ring.seq:
             metrics.EVENT_BELL_LAG.observe(max(0.0, time.time() - ring.published_at))
+
+    async def _on_live_message(self, live: Live) -> None:
+        position = self._positions.get(live.account_id)
+        if position is None or self._on_live is None:
+            return
+        if live.after > position:  # it follows an event not delivered yet: that one first
+            self._repaired(live.account_id, "live")
+            await self._catch_up(live.account_id, "live")
+        async with self._lock:  # no delivery of an event between the catch-up's and this
+            if live.account_id in self._positions:
+                await self._deliver_safely(self._on_live(live))
 
     async def _check_all(self, cause: str) -> None:
         """One `heads` query for every subscribed account; read those behind."""

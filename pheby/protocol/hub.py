@@ -33,6 +33,7 @@ SEND_QUEUE_BYTES = 8 * 1024 * 1024
 MAX_CONNECTIONS_PER_ACCOUNT = 32
 MAX_SOCKETS = 10_000
 CLOSE_POLICY_VIOLATION = 1008
+CLOSE_SERVICE_RESTART = 1012
 CLOSE_TRY_AGAIN_LATER = 1013
 REVOKED_SEND_SECONDS = 2.0  # how long the `unauthorized` frame may take before the close goes anyway
 
@@ -176,6 +177,11 @@ class Connection:
         frame = encode_event(error_event("unauthorized", message)).decode()
         self._begin_close(CLOSE_POLICY_VIOLATION, "unauthorized", frame)
 
+    def restart(self, reason: str) -> None:
+        """Close with 1012 (service restart): the client reconnects, and takes a fresh snapshot."""
+        if not self.closed.is_set():
+            self._begin_close(CLOSE_SERVICE_RESTART, reason)
+
     async def drain_and_stop(self) -> None:
         """Let queued frames go out, then stop the writer (and let a close under way finish)."""
         if self._writer is None:
@@ -269,6 +275,13 @@ class Hub:
             group.discard(connection)
             if not group:
                 del self._by_account[connection.account_id]
+
+    async def joined(self, account_id: str) -> None:
+        """Return once events broadcast anywhere reach the account's connections here (at once: one process)."""
+
+    async def settled(self, account_id: str) -> None:
+        """Return once nothing the account broadcast is still on its way to its connections (at once here:
+        a broadcast is queued before it returns). Awaited right before a snapshot is read."""
 
     def listen(self, listener: Listener) -> None:
         """Have `listener(account_id, event)` see every event broadcast (connected clients or not), after

@@ -1,0 +1,257 @@
+"""`ClusterHub` (`pheby.cluster`): three "processes" (each its own pool, bell and hub) on one real PostgreSQL
+and one real Redis, with real `Connection`s whose socket is a list. Every connection of an account gets
+every logged event exactly once and in seq order, whichever process broadcast it; a run's text converges
+and never overtakes the event it followed; only the broadcasting process tells its listeners; Redis
+stopped mid-traffic loses nothing."""
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+import pytest
+
+from pheby.cluster import ClusterHub
+from pheby.cluster.outbox import LiveOutbox
+from pheby.db.postgres import PostgresDatabase
+from pheby.events import EventLog, LocalBell, RedisBell
+from pheby.protocol.frames import (
+    ConversationRenamed,
+    Event,
+    MessageComplete,
+    MessageDelta,
+    MessageStart,
+    RunFinished,
+)
+from pheby.protocol.hub import Connection
+from tests.database import add_accounts
+from tests.polling import until
+from tests.redis_server import RedisServer, RedisTarget
+
+pytestmark = [pytest.mark.anyio]
+
+DEADLINE = 15.0
+
+
+class Socket:
+    """What a client received: each frame, decoded; a text rebuilt from append deltas per message."""
+
+    def __init__(self) -> None:
+        self.frames: list[dict[str, Any]] = []
+        self.closed: tuple[int, str] | None = None
+
+    async def send_text(self, text: str) -> None:
+        self.frames.append(json.loads(text))
+
+    async def close(self, code: int, reason: str) -> None:
+        self.closed = (code, reason)
+
+    def names(self) -> list[str]:
+        return [f["name"] for f in self.frames if f["type"] == "conversation.renamed"]
+
+    def of_type(self, kind: str) -> list[dict[str, Any]]:
+        return [f for f in self.frames if f["type"] == kind]
+
+    def text(self, message_id: str) -> str | None:
+        """The message's text as the client has it: the last cumulative delta, or append deltas applied."""
+        text: str | None = None
+        for f in self.frames:
+            if f["type"] != "message.delta" or f.get("message_id") != message_id:
+                continue
+            text = f["text"] if "text" in f else (text or "")[: f["offset"]] + f["append"]
+        return text
+
+
+class Process:
+    def __init__(self, hub: ClusterHub, db: PostgresDatabase) -> None:
+        self.hub = hub
+        self.db = db
+        self.heard: list[tuple[str, Event]] = []
+        hub.listen(lambda account_id, event: self.heard.append((account_id, event)))
+
+    def connect(self, account_id: str, *, append: bool = False) -> Socket:
+        socket = Socket()
+        connection = Connection(account_id, socket.send_text, socket.close, delta_append=append)
+        self.hub.add(connection)
+        connection.start()
+        return socket
+
+
+@asynccontextmanager
+async def processes(postgres_url: str, redis: RedisTarget, count: int = 3) -> AsyncIterator[list[Process]]:
+    async with AsyncExitStack() as stack:
+        procs = []
+        for _ in range(count):
+            db = PostgresDatabase(postgres_url, pool_size=3)
+            await db.open()
+            stack.push_async_callback(db.close)
+            bell = RedisBell(redis.url, prefix=redis.prefix, ping_seconds=1.0, backoff_seconds=(0.05, 0.5))
+            stack.push_async_callback(bell.aclose)
+            hub = ClusterHub(log=EventLog(db, bell), delta_window_seconds=0.02, append_window_seconds=0.01)
+            await hub.start()
+            stack.push_async_callback(hub.aclose)
+            procs.append(Process(hub, db))
+        await until(lambda: all(p.hub.feed.bell.connected for p in procs), what="bells connected", timeout=DEADLINE)
+        yield procs
+
+
+async def joined(procs: list[Process], *account_ids: str) -> None:
+    for p in procs:
+        for account_id in account_ids:
+            await p.hub.joined(account_id)
+
+
+def renamed(name: str) -> ConversationRenamed:
+    return ConversationRenamed(conversation_id="c1", name=name)
+
+
+async def logged_names(db: PostgresDatabase, account_id: str) -> list[str]:
+    rows = await db.run(
+        lambda conn: conn.execute(
+            "SELECT payload FROM account_events WHERE account_id = ? ORDER BY seq", (account_id,)
+        ).fetchall()
+    )
+    return [json.loads(row[0])["event"]["name"] for row in rows]
+
+
+async def test_every_connection_gets_every_logged_event_once_in_seq_order_whoever_broadcast_it(
+    postgres_url: str, redis_url: RedisTarget
+) -> None:
+    async with processes(postgres_url, redis_url) as procs:
+        await add_accounts(procs[0].db, "a", "b")
+        sockets = [p.connect("a") for p in procs] + [procs[1].connect("a")]
+        other = procs[2].connect("b")
+        await joined(procs, "a", "b")
+
+        async def broadcasts(index: int, p: Process) -> None:
+            for n in range(20):
+                p.hub.broadcast("a", renamed(f"p{index}-{n}"))
+                if n % 5 == 0:
+                    p.hub.broadcast("b", renamed(f"b-p{index}-{n}"))
+                await asyncio.sleep(0)
+
+        await asyncio.gather(*(broadcasts(i, p) for i, p in enumerate(procs)))
+        await until(lambda: all(len(s.names()) >= 60 for s in sockets), what="every event everywhere", timeout=DEADLINE)
+        await asyncio.sleep(0.2)  # anything delivered twice would be by now
+        in_the_log = await logged_names(procs[0].db, "a")
+        assert len(in_the_log) == 60
+        for socket in sockets:
+            assert socket.names() == in_the_log  # once each, in seq order
+        assert len(other.names()) == 12
+        assert all(n.startswith("b-") for n in other.names())
+        for index, p in enumerate(procs):  # listeners hear what their own process broadcast, once
+            heard = [e.name for a, e in p.heard if a == "a" and isinstance(e, ConversationRenamed)]
+            assert heard == [f"p{index}-{n}" for n in range(20)]
+
+
+async def test_a_runs_text_converges_everywhere_and_never_overtakes_what_it_followed(
+    postgres_url: str, redis_url: RedisTarget
+) -> None:
+    async with processes(postgres_url, redis_url) as procs:
+        await add_accounts(procs[0].db, "a")
+        owner, *others = procs
+        sockets = [p.connect("a", append=append) for p in others for append in (False, True)]
+        await joined(procs, "a")
+        words = [f"word{n} " for n in range(300)]
+        owner.hub.broadcast("a", MessageStart(conversation_id="c1", message_id="m1", run_id="r1"))
+        text = ""
+        for n, word in enumerate(words):
+            text += word
+            owner.hub.broadcast("a", MessageDelta(conversation_id="c1", message_id="m1", text=text))
+            if n % 50 == 0:
+                await asyncio.sleep(0.005)
+        owner.hub.broadcast("a", MessageComplete(conversation_id="c1", message_id="m1", text=text))
+        owner.hub.broadcast("a", RunFinished(conversation_id="c1", run_id="r1", status="completed"))
+        await until(lambda: all(s.of_type("run.finished") for s in sockets), what="the run's end", timeout=DEADLINE)
+        await asyncio.sleep(0.2)  # a late delta would be here by now
+        for socket in sockets:
+            kinds = [f["type"] for f in socket.frames]
+            assert kinds[0] == "message.start"  # no text before the event it follows
+            assert kinds[-2:] == ["message.complete", "run.finished"]  # and none after the end
+            assert text.startswith(socket.text("m1") or "no text")
+            assert socket.of_type("message.complete")[0]["text"] == text
+        assert any(len(s.of_type("message.delta")) > 1 for s in sockets)  # text streamed, not only the end
+
+
+async def test_settled_returns_once_what_was_broadcast_is_queued_to_the_connections(
+    postgres_url: str, redis_url: RedisTarget
+) -> None:
+    async with processes(postgres_url, redis_url, count=1) as [proc]:
+        await add_accounts(proc.db, "a")
+        socket = proc.connect("a")
+        await joined([proc], "a")
+        connection = proc.hub.of_account("a")[0]
+        for n in range(5):
+            proc.hub.broadcast("a", renamed(f"n{n}"))
+        proc.hub.broadcast("a", MessageDelta(conversation_id="c1", message_id="m1", text="after them"))
+        assert connection.owed_bytes == 0  # the events are on their way to the log
+        await proc.hub.settled("a")
+        # All of it is queued (or sent) by now, in the order it was broadcast: a stop queued next comes after it.
+        await connection.drain_and_stop()
+        assert socket.names() == [f"n{n}" for n in range(5)]
+        assert socket.frames[-1]["type"] == "message.delta"
+
+
+async def test_an_account_with_no_socket_here_is_still_told_to_listeners(
+    postgres_url: str, redis_url: RedisTarget
+) -> None:
+    async with processes(postgres_url, redis_url, count=2) as [one, two]:
+        await add_accounts(one.db, "a")
+        socket = two.connect("a")
+        await joined([two], "a")
+        one.hub.broadcast("a", renamed("to the absent"))
+        await one.hub.settled("a")
+        # Web Push hears it where it was broadcast.
+        assert [(a, e.name) for a, e in one.heard if isinstance(e, ConversationRenamed)] == [("a", "to the absent")]
+        await until(lambda: socket.names() == ["to the absent"], what="the other process's client", timeout=DEADLINE)
+        assert two.heard == []
+
+
+async def test_redis_stopped_mid_traffic_loses_no_logged_event(
+    postgres_url: str, own_redis_server: RedisServer
+) -> None:
+    target = RedisTarget(own_redis_server.url, "t:")
+    async with processes(postgres_url, target, count=2) as [one, two]:
+        for p in (one, two):
+            p.hub.feed.poll_seconds = 0.3
+        await add_accounts(one.db, "a")
+        sockets = [one.connect("a"), two.connect("a")]
+        await joined([one, two], "a")
+
+        def broadcast_some(start: int) -> None:
+            for n in range(start, start + 10):
+                (one if n % 2 else two).hub.broadcast("a", renamed(f"n{n}"))
+
+        broadcast_some(0)
+        await until(lambda: all(len(s.names()) == 10 for s in sockets), what="before the stop", timeout=DEADLINE)
+        own_redis_server.stop()
+        broadcast_some(10)
+        await until(lambda: all(len(s.names()) == 20 for s in sockets), what="with Redis down", timeout=DEADLINE)
+        own_redis_server.start()
+        await until(lambda: one.hub.feed.bell.connected and two.hub.feed.bell.connected, what="back", timeout=DEADLINE)
+        broadcast_some(20)
+        await until(lambda: all(len(s.names()) == 30 for s in sockets), what="after the start", timeout=DEADLINE)
+        await asyncio.sleep(0.2)
+        in_the_log = await logged_names(one.db, "a")
+        for socket in sockets:
+            assert socket.names() == in_the_log
+
+
+async def test_the_live_outbox_stops_when_cancelled_as_a_publish_ends() -> None:
+    """A cancel that comes as a publish ends is not lost (`asyncio.wait_for` on Python 3.11 loses it, and the
+    outbox's task then waited for its next delta forever: a shutdown that never ended)."""
+    outbox_task: list[asyncio.Task[None]] = []
+
+    class CancellingBell(LocalBell):
+        async def publish_live(self, account_id: str, after: int, data: bytes) -> None:
+            outbox_task[0].cancel()  # shutdown, as the publish is done
+
+    outbox = LiveOutbox(CancellingBell(), "origin")
+    outbox.start()
+    assert outbox._task is not None
+    outbox_task.append(outbox._task)
+    outbox.put("a", 0, MessageDelta(conversation_id="c1", message_id="m1", text="hello"))
+    done, _ = await asyncio.wait(outbox_task, timeout=2)
+    assert done
+    assert outbox_task[0].cancelled()
