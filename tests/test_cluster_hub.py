@@ -15,7 +15,7 @@ import pytest
 from pheby.cluster import ClusterHub
 from pheby.cluster.outbox import LiveOutbox
 from pheby.db.postgres import PostgresDatabase
-from pheby.events import EventLog, LocalBell, RedisBell
+from pheby.events import EventLog, Live, LocalBell, RedisBell
 from pheby.protocol.frames import (
     ConversationRenamed,
     Event,
@@ -27,6 +27,7 @@ from pheby.protocol.frames import (
 from pheby.protocol.hub import Connection
 from tests.database import add_accounts
 from tests.polling import until
+from tests.postgres_server import PostgresServer, fresh_database
 from tests.redis_server import RedisServer, RedisTarget
 
 pytestmark = [pytest.mark.anyio]
@@ -79,7 +80,9 @@ class Process:
 
 
 @asynccontextmanager
-async def processes(postgres_url: str, redis: RedisTarget, count: int = 3) -> AsyncIterator[list[Process]]:
+async def processes(
+    postgres_url: str, redis: RedisTarget, count: int = 3, **hub_options: Any
+) -> AsyncIterator[list[Process]]:
     async with AsyncExitStack() as stack:
         procs = []
         for _ in range(count):
@@ -88,7 +91,9 @@ async def processes(postgres_url: str, redis: RedisTarget, count: int = 3) -> As
             stack.push_async_callback(db.close)
             bell = RedisBell(redis.url, prefix=redis.prefix, ping_seconds=1.0, backoff_seconds=(0.05, 0.5))
             stack.push_async_callback(bell.aclose)
-            hub = ClusterHub(log=EventLog(db, bell), delta_window_seconds=0.02, append_window_seconds=0.01)
+            hub = ClusterHub(
+                log=EventLog(db, bell), delta_window_seconds=0.02, append_window_seconds=0.01, **hub_options
+            )
             await hub.start()
             stack.push_async_callback(hub.aclose)
             procs.append(Process(hub, db))
@@ -238,13 +243,43 @@ async def test_redis_stopped_mid_traffic_loses_no_logged_event(
             assert socket.names() == in_the_log
 
 
+async def test_postgresql_stopped_mid_traffic_delays_the_other_processes_and_loses_nothing(
+    own_postgres_server: PostgresServer, redis_url: RedisTarget
+) -> None:
+    with fresh_database(own_postgres_server.url) as url:
+        async with processes(url, redis_url, count=2, append_patience=0.5) as [one, two]:
+            for p in (one, two):
+                p.hub.feed.poll_seconds = 0.3
+            await add_accounts(one.db, "a")
+            here, there = one.connect("a"), two.connect("a")
+            await joined([one, two], "a")
+            one.hub.broadcast("a", renamed("before"))
+            await until(lambda: there.names() == ["before"], what="the first event", timeout=DEADLINE)
+            own_postgres_server.stop()
+            for n in range(5):
+                one.hub.broadcast("a", renamed(f"down {n}"))
+            # This process's client gets them now; the other process can't read the log.
+            await until(lambda: len(here.names()) == 6, what="the events at their origin", timeout=DEADLINE)
+            assert one.hub.backlog.waiting == 5
+            assert there.names() == ["before"]
+            own_postgres_server.start()
+            one.hub.broadcast("a", renamed("after"))
+            expected = ["before", *[f"down {n}" for n in range(5)], "after"]
+            await until(lambda: there.names() == expected, what="the backlog logged", timeout=DEADLINE)
+            await until(lambda: here.names() == expected, what="the event after", timeout=DEADLINE)
+            await asyncio.sleep(0.3)  # a second delivery of the early ones would be here by now
+            assert here.names() == expected
+            assert await logged_names(one.db, "a") == expected
+            assert [e.name for _, e in one.heard if isinstance(e, ConversationRenamed)] == expected  # told once
+
+
 async def test_the_live_outbox_stops_when_cancelled_as_a_publish_ends() -> None:
     """A cancel that comes as a publish ends is not lost (`asyncio.wait_for` on Python 3.11 loses it, and the
     outbox's task then waited for its next delta forever: a shutdown that never ended)."""
     outbox_task: list[asyncio.Task[None]] = []
 
     class CancellingBell(LocalBell):
-        async def publish_live(self, account_id: str, after: int, data: bytes) -> None:
+        async def publish_live(self, lives: list[Live]) -> None:
             outbox_task[0].cancel()  # shutdown, as the publish is done
 
     outbox = LiveOutbox(CancellingBell(), "origin")

@@ -19,14 +19,16 @@ whole cluster.
 """
 
 import asyncio
+import itertools
 import logging
 import uuid
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 from typing import Any, Final
 
 import msgspec
 
 from pheby import metrics
+from pheby.cluster.backlog import Backlog
 from pheby.cluster.outbox import LiveOutbox
 from pheby.cluster.wire import decode_live, decode_logged, logged_payload
 from pheby.errors import DatabaseError, DatabaseUnavailable
@@ -40,10 +42,12 @@ __all__ = ["ClusterHub"]
 
 log = logging.getLogger(__name__)
 
-APPEND_RETRY_SECONDS: Final = 10.0  # how long an event waits for the database before it goes out unlogged
+APPEND_PATIENCE_SECONDS: Final = 10.0
 APPEND_RETRY_PAUSE: Final = 0.25
 SUBSCRIBE_RETRY_PAUSE: Final = 0.5
+SETTLE_SECONDS: Final = 5.0  # how long a snapshot waits for its account's broadcasts to go out
 JOIN_SECONDS: Final = 5.0  # how long a hello waits for its account's subscription before `ready` goes anyway
+APPEND_BATCH_MAX: Final = 64  # logged events appended in one transaction at most
 WAITING_DELTAS_MAX: Final = 1024  # per account, behind an event being appended; past it deltas are skipped
 MESSAGES_MAX: Final = 10_000  # streaming and ended messages remembered (a late delta of an ended one is dropped)
 
@@ -51,17 +55,28 @@ MESSAGES_MAX: Final = 10_000  # streaming and ended messages remembered (a late 
 class ClusterHub(CoalescingHub):
     """`CoalescingHub` whose broadcasts reach every process holding a socket of the account.
 
-    `log`: the event log, with the bell (`log.bell`) every process of the deployment shares. Other
-    arguments go to `CoalescingHub`. `start` before use, `aclose` after."""
+    `log`: the event log, with the bell (`log.bell`) every process of the deployment shares;
+    `append_patience`: how long an event waits for the database before it goes to this process's
+    connections and waits in the backlog (`pheby.cluster.backlog`). Other arguments go to `CoalescingHub`.
+    `start` before use, `aclose` after."""
 
-    def __init__(self, *args: Any, log: EventLog, origin: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        log: EventLog,
+        origin: str | None = None,
+        append_patience: float = APPEND_PATIENCE_SECONDS,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
+        self._append_patience = append_patience
         if log.bell is None:
             raise ValueError("ClusterHub needs an event log with a bell")
         self.origin = origin or uuid.uuid4().hex
         self.event_log = log
         self.feed = Feed(log, log.bell, self._on_logged, self._on_truncated, on_live=self._on_live)
         self.outbox = LiveOutbox(log.bell, self.origin)
+        self.backlog = Backlog(log, self._now_known)
         self._waiting: dict[str, deque[Event]] = {}  # by account: broadcast, not yet sent on
         self._senders: dict[str, asyncio.Task[None]] = {}  # by account: the task sending `_waiting` on
         self._subscriptions: dict[str, asyncio.Task[None]] = {}  # by account with a socket here
@@ -69,6 +84,9 @@ class ClusterHub(CoalescingHub):
         self._known: dict[str, int] = {}  # by account: the newest seq appended or delivered here
         self._streaming: OrderedDict[str, str] = OrderedDict()  # message id → its conversation, while it streams
         self._ended: OrderedDict[str, None] = OrderedDict()  # messages whose text is final
+        # (account, conversation) → its events waiting in `_waiting`: a delta of a conversation with none
+        # goes out at once, past the account's other conversations' events being appended.
+        self._queued_of: Counter[tuple[str, str]] = Counter()
         self._telling = True  # whether listeners hear the event being delivered (False: another process's)
 
     async def start(self) -> None:
@@ -79,13 +97,14 @@ class ClusterHub(CoalescingHub):
         """Send on what waits (bounded by the appends' own patience), then stop."""
         senders = list(self._senders.values())
         if senders:
-            await asyncio.wait(senders, timeout=APPEND_RETRY_SECONDS + 1)
+            await asyncio.wait(senders, timeout=self._append_patience + 1)
         for task in [*self._senders.values(), *self._subscriptions.values(), *self._unsubscribing]:
             task.cancel()
         await asyncio.gather(
             *self._senders.values(), *self._subscriptions.values(), *self._unsubscribing, return_exceptions=True
         )
         await self.outbox.aclose()
+        await self.backlog.aclose()
         await self.feed.aclose()
 
     # --- connections and their accounts' subscriptions ---------------------------------------------
@@ -124,6 +143,8 @@ class ClusterHub(CoalescingHub):
             return
 
     async def _unsubscribe(self, account_id: str) -> None:
+        if account_id in self._subscriptions:
+            return  # a socket of the account said hello again meanwhile
         await self.feed.unsubscribe(account_id)
         if account_id not in self._subscriptions:
             self._known.pop(account_id, None)
@@ -139,8 +160,8 @@ class ClusterHub(CoalescingHub):
 
     def broadcast(self, account_id: str, event: Event) -> None:
         waiting = self._waiting.get(account_id)
-        if waiting is None and isinstance(event, MessageDelta):
-            self._send_delta(account_id, event)  # nothing before it is still on its way
+        if isinstance(event, MessageDelta) and not self._queued_of[(account_id, event.conversation_id)]:
+            self._send_delta(account_id, event)  # nothing of its conversation is still on its way
             return
         if waiting is None:
             waiting = self._waiting[account_id] = deque()
@@ -150,11 +171,17 @@ class ClusterHub(CoalescingHub):
         if isinstance(event, MessageDelta) and len(waiting) >= WAITING_DELTAS_MAX:
             return  # cumulative: a later delta, or the message's end, carries this text
         waiting.append(event)
+        self._queued_of[_conversation_of(account_id, event)] += 1
 
     async def settled(self, account_id: str) -> None:
-        """Return once nothing the account broadcast here is still on its way to its connections."""
+        """Return once nothing the account broadcast here is still on its way to its connections (or after
+        `SETTLE_SECONDS`, should its events never stop coming)."""
+        deadline = asyncio.get_running_loop().time() + SETTLE_SECONDS
         while (sender := self._senders.get(account_id)) is not None:
-            await asyncio.wait([sender])
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                return
+            await asyncio.wait([sender], timeout=left)
 
     def _send_delta(self, account_id: str, delta: MessageDelta) -> None:
         self._streams(delta)
@@ -162,57 +189,86 @@ class ClusterHub(CoalescingHub):
         self.outbox.put(account_id, self._known.get(account_id, 0), delta)
 
     async def _send_waiting(self, account_id: str, waiting: deque[Event]) -> None:
+        """Send the account's waiting events on, in order: a delta as it comes; the logged events that wait
+        one after another appended together, in one transaction (batching only when appends fall behind)."""
         try:
             while waiting:
-                event = waiting[0]
-                if isinstance(event, MessageDelta):
-                    self._send_delta(account_id, event)
+                if isinstance(waiting[0], MessageDelta):
+                    batch: list[Event] = [waiting[0]]
+                    self._send_delta(account_id, waiting[0])
                 else:
+                    batch = list(itertools.takewhile(lambda e: not isinstance(e, MessageDelta), waiting))
+                    batch = batch[:APPEND_BATCH_MAX]
                     try:
-                        await self._send_logged(account_id, event)
+                        await self._send_logged(account_id, batch)
                     except Exception:
                         log.exception("an event's delivery failed; the log's readers deliver it")
-                waiting.popleft()
+                for event in batch:
+                    waiting.popleft()
+                    self._queued_of[_conversation_of(account_id, event)] -= 1
         finally:
             del self._waiting[account_id]
             del self._senders[account_id]
+            self._queued_of = +self._queued_of  # drop the zeros
 
-    async def _send_logged(self, account_id: str, event: Event) -> None:
-        await self.outbox.flush(account_id)  # the text before it reaches the other processes before it
-        logged = await self._append(account_id, event)
+    async def _send_logged(self, account_id: str, events: list[Event]) -> None:
+        await self.outbox.flush(account_id)  # the text before them reaches the other processes before them
+        entries = [(_kind(event), logged_payload(self.origin, event)) for event in events]
+        try:
+            logged = await self._append(account_id, entries) if not self.backlog.waiting else None
+        except DatabaseError:  # not an outage (the account is gone, say): its clients here get them, unlogged
+            log.exception("events could not be logged")
+            metrics.EVENTS_UNLOGGED.inc(len(events))
+            for event in events:
+                self._deliver(account_id, event, told=True)
+            return
+        if logged is None:  # the database is down: this process's clients now, the others once it is back
+            for (kind, payload), event in zip(entries, events, strict=True):
+                self.backlog.add(account_id, kind, payload)
+                self._deliver(account_id, event, told=True)
+            return
         subscription = self._subscriptions.get(account_id)
         if subscription is not None and not subscription.done():
-            await self.joined(account_id)  # else its catch-up and this could both deliver the event
-        if logged is None or not await self.feed.offer(logged):
-            self._deliver(account_id, event, told=True)  # no socket here follows the log, or it is down
+            await self.joined(account_id)  # else its catch-up and this could both deliver the events
+        for entry, event in zip(logged, events, strict=True):
+            if not await self.feed.offer(entry):
+                self._deliver(account_id, event, told=True)  # no socket here follows the log
 
-    async def _append(self, account_id: str, event: Event) -> LoggedEvent | None:
-        payload = logged_payload(self.origin, event)
-        kind = event.__struct_config__.tag
-        assert isinstance(kind, str)
-        deadline = asyncio.get_running_loop().time() + APPEND_RETRY_SECONDS
+    async def _append(self, account_id: str, entries: list[tuple[str, dict[str, Any]]]) -> list[LoggedEvent] | None:
+        """Append the entries (kind, payload) in one transaction, waiting up to `append_patience` for the
+        database; None if it stayed down."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._append_patience
         while True:
             try:
-                seq = await self.event_log.append(account_id, kind, payload)
-            except DatabaseError as e:
-                if not isinstance(e, DatabaseUnavailable) or asyncio.get_running_loop().time() >= deadline:
-                    metrics.EVENTS_UNLOGGED.inc()
-                    log.warning("an event could not be logged: only this process's clients get it")
+                seqs = await self.event_log.transaction(
+                    lambda _conn, appender: [appender.append(account_id, kind, payload) for kind, payload in entries]
+                )
+            except DatabaseUnavailable:
+                if loop.time() >= deadline:
                     return None
                 await asyncio.sleep(APPEND_RETRY_PAUSE)
                 continue
-            self._known[account_id] = max(self._known.get(account_id, 0), seq)
-            return LoggedEvent(account_id, seq, kind, payload, 0.0)
+            self._now_known(account_id, seqs[-1])
+            return [
+                LoggedEvent(account_id, seq, kind, payload, 0.0)
+                for seq, (kind, payload) in zip(seqs, entries, strict=True)
+            ]
+
+    def _now_known(self, account_id: str, seq: int) -> None:
+        self._known[account_id] = max(self._known.get(account_id, 0), seq)
 
     # --- what the feed delivers --------------------------------------------------------------------
 
     async def _on_logged(self, logged: LoggedEvent) -> None:
         try:
-            origin, event = decode_logged(logged.payload)
+            origin, event, early = decode_logged(logged.payload)
         except (msgspec.ValidationError, KeyError, TypeError):
             log.warning("event log: an event of kind %r could not be read; skipped", logged.kind)
             return
-        self._known[logged.account_id] = max(self._known.get(logged.account_id, 0), logged.seq)
+        self._now_known(logged.account_id, logged.seq)
+        if origin == self.origin and early:
+            return  # from the backlog: delivered here when it was broadcast
         self._deliver(logged.account_id, event, told=origin == self.origin)
 
     async def _on_live(self, live: Live) -> None:
@@ -254,3 +310,14 @@ class ClusterHub(CoalescingHub):
         self._ended[message_id] = None
         while len(self._ended) > MESSAGES_MAX:
             self._ended.popitem(last=False)
+
+
+def _kind(event: Event) -> str:
+    kind = event.__struct_config__.tag
+    assert isinstance(kind, str)
+    return kind
+
+
+def _conversation_of(account_id: str, event: Event) -> tuple[str, str]:
+    """The (account, conversation) an event belongs to; conversation "" for an account-wide one."""
+    return account_id, str(getattr(event, "conversation_id", ""))

@@ -2,8 +2,9 @@
 
 A logged event (`pheby.events.log`) has the event's `type` as its kind and `{"origin": …, "event": …}` as
 its payload: `origin` names the process that broadcast it (that process alone tells its listeners, Web
-Push among them), `event` is the event as its clients get it. A live message (`pheby.events.bell.Live`)
-is `b"{origin} "` followed by a `message.delta` in JSON.
+Push among them), `event` is the event as its clients get it, and `early` (when true) says the origin
+delivered it to its own clients while the database was down (`pheby.cluster.backlog`). A live message
+(`pheby.events.bell.Live`) is `b"{origin} "` followed by a `message.delta` in JSON.
 """
 
 from typing import Any, Final, Union
@@ -38,11 +39,12 @@ def logged_payload(origin: str, event: Event) -> dict[str, Any]:
     return {"origin": origin, "event": msgspec.to_builtins(event)}
 
 
-def decode_logged(payload: Any) -> tuple[str, Event]:
-    """(origin, event) of a logged payload; `msgspec.ValidationError` (or `KeyError`, `TypeError`) if it
+def decode_logged(payload: Any) -> tuple[str, Event, bool]:
+    """(origin, event, early) of a logged payload (early: its origin delivered it to its own clients before
+    it was logged, `pheby.cluster.backlog`); `msgspec.ValidationError` (or `KeyError`, `TypeError`) if it
     is not one."""
     event: Event = msgspec.convert(payload["event"], type=BroadcastEvent)
-    return str(payload["origin"]), event
+    return str(payload["origin"]), event, payload.get("early") is True
 
 
 def encode_live(origin: str, delta: MessageDelta) -> bytes:

@@ -111,9 +111,9 @@ class Bell(ABC):
         logs it): a lost ring delays a delivery, it loses nothing."""
 
     @abstractmethod
-    async def publish_live(self, account_id: str, after: int, data: bytes) -> None:
-        """Send `data` to every process subscribed to the account (itself included), as following seq
-        `after` of its log. Raises on failure; a lost one is made up for by the next."""
+    async def publish_live(self, lives: list[Live]) -> None:
+        """Send each `data` to every process subscribed to its account (itself included), as following
+        seq `after` of the account's log, in order. Raises on failure; a lost one is made up for by the next."""
 
     async def subscribe(self, account_id: str) -> None:
         """Receive the account's rings from now on (once this returns, if the bell is connected)."""
@@ -180,8 +180,9 @@ class LocalBell(Bell):
     async def publish(self, account_id: str, seq: int) -> None:
         self._ring(Ring(account_id, seq, time.time()))
 
-    async def publish_live(self, account_id: str, after: int, data: bytes) -> None:
-        self._live(Live(account_id, after, data))
+    async def publish_live(self, lives: list[Live]) -> None:
+        for live in lives:
+            self._live(live)
 
 
 class RedisBell(Bell):
@@ -237,11 +238,14 @@ class RedisBell(Bell):
         except redis.exceptions.RedisError as e:
             raise BellUnavailable() from e
 
-    async def publish_live(self, account_id: str, after: int, data: bytes) -> None:
+    async def publish_live(self, lives: list[Live]) -> None:
         if self._task is not None and not self._connected:
             raise BellUnavailable()
         try:
-            await self._publisher.publish(self._live_channel(account_id), b"%d %b" % (after, data))
+            async with self._publisher.pipeline(transaction=False) as pipe:  # one round trip for them all
+                for live in lives:
+                    pipe.publish(self._live_channel(live.account_id), b"%d %b" % (live.after, live.data))
+                await pipe.execute()
         except redis.exceptions.RedisError as e:
             raise BellUnavailable() from e
 
