@@ -198,6 +198,26 @@ async def test_settled_returns_once_what_was_broadcast_is_queued_to_the_connecti
         assert socket.frames[-1]["type"] == "message.delta"
 
 
+async def test_text_waits_only_behind_its_own_conversations_events(postgres_url: str, redis_url: RedisTarget) -> None:
+    async with processes(postgres_url, redis_url, count=1) as [proc]:
+        await add_accounts(proc.db, "a")
+        socket = proc.connect("a")
+        await joined([proc], "a")
+        connection = proc.hub.of_account("a")[0]
+        proc.hub.broadcast("a", ConversationRenamed(conversation_id="c1", name="being logged"))
+        proc.hub.broadcast("a", MessageDelta(conversation_id="c1", message_id="m1", text="waits"))
+        assert connection.owed_bytes == 0
+        proc.hub.broadcast("a", MessageDelta(conversation_id="c2", message_id="m2", text="goes at once"))
+        assert connection.owed_bytes > 0  # queued to the socket before the append under way has ended
+        await proc.hub.settled("a")
+        await connection.drain_and_stop()
+        assert [(f["type"], f.get("conversation_id")) for f in socket.frames] == [
+            ("message.delta", "c2"),
+            ("conversation.renamed", "c1"),
+            ("message.delta", "c1"),
+        ]
+
+
 async def test_an_account_with_no_socket_here_is_still_told_to_listeners(
     postgres_url: str, redis_url: RedisTarget
 ) -> None:
