@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+from apscheduler.schedulers.base import STATE_PAUSED
 from litestar import Request
 from litestar.testing import AsyncTestClient
 from moto import mock_aws
@@ -481,9 +482,13 @@ async def test_scheduler_runs_expiry_once_per_data_dir(client: AsyncTestClient[A
     assert scheduler is not None
     assert {job.id for job in scheduler.get_jobs()} == {"expire-attachments", "poll-cron-sessions", "sweep-blobs"}
     assert scheduler.get_job("expire-attachments").trigger.interval.total_seconds() == 3600
-    # A second app on the same data dir does not start a second scheduler.
+    # A second app on the same data dir does not run a second scheduler (on PostgreSQL, it waits for the
+    # database's scheduler lease: tests/test_scheduler_lease.py).
     async with AsyncTestClient(create_app(client.app.state.services.settings)) as second:
-        assert second.app.state.scheduler is None
+        if client.app.state.services.db.engine == "postgresql":
+            assert second.app.state.scheduler.state == STATE_PAUSED
+        else:
+            assert second.app.state.scheduler is None
 
 
 # --- deleting safely, quotas, agent copies ------------------------------------------------------
