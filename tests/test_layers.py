@@ -18,7 +18,7 @@ FIRST_PARTY = (*SERVER, "demo_hermes", "hermes_plugin", "pheby_main")
 
 # The basics at pheby's top that every package may import; the rest of the top (the composition root,
 # the cross-cutting services and the entry points) only the top itself and handlers may.
-BASICS = ("pheby.settings", "pheby.errors", "pheby.db", "pheby.redact", "pheby.metrics")
+BASICS = ("pheby.settings", "pheby.errors", "pheby.db", "pheby.redact", "pheby.metrics", "pheby.cancelling")
 PLUGIN_EXTRAS = "pheby.plugin.extras"
 HERMES = ("pheby.hermes", "hermes_client")
 
@@ -34,7 +34,12 @@ ALLOWED: list[tuple[str, tuple[str, ...]]] = [
     ("pheby.db", ("pheby.errors", "pheby.db")),
     ("pheby.redact", ()),
     ("pheby.metrics", ()),
-    ("pheby.events", ("pheby.db", "pheby.errors", "pheby.settings", "pheby.metrics", "pheby.events")),
+    ("pheby.cancelling", ()),
+    (
+        "pheby.events",
+        ("pheby.db", "pheby.errors", "pheby.settings", "pheby.metrics", "pheby.cancelling", "pheby.events"),
+    ),
+    ("pheby.cluster", (*BASICS, "pheby.protocol", "pheby.events", "pheby.cluster")),
     ("pheby.protocol", (*BASICS, "pheby.protocol")),
     ("pheby.files", ("pheby.errors", "pheby.files", "storage")),
     ("pheby.store", (*BASICS, "pheby.files", "pheby.protocol.frames", "pheby.store", "storage")),

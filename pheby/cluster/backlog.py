@@ -8,13 +8,13 @@ logged in the order they were broadcast.
 """
 
 import asyncio
-import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Final, NamedTuple
 
 from pheby import metrics
+from pheby.cancelling import cancel_and_wait
 from pheby.errors import DatabaseError, DatabaseUnavailable
 from pheby.events import EventLog
 
@@ -66,11 +66,8 @@ class Backlog:
             self._task = asyncio.create_task(self._drain(), name="cluster-backlog")
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def _drain(self) -> None:
         while self._events:

@@ -9,11 +9,11 @@ delta past the bound is dropped (the next one, or the logged event that ends the
 """
 
 import asyncio
-import contextlib
 import logging
 from typing import Final
 
 from pheby import metrics
+from pheby.cancelling import cancel_and_wait
 from pheby.cluster.wire import encode_live
 from pheby.events import Bell, Live
 from pheby.protocol.frames import MessageDelta
@@ -44,11 +44,8 @@ class LiveOutbox:
             self._task = asyncio.create_task(self._run(), name="live-outbox")
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     def put(self, account_id: str, after: int, delta: MessageDelta) -> None:
         """Wait to publish `delta` (following seq `after` of the account's log), in place of its message's

@@ -6,7 +6,8 @@ one process; an unreliable transport that says when it may have lost rings. `fee
 delivery of its subscribed accounts' events, exactly once and in seq order, reading the log on a ring, a
 resync, a periodic position check, or (the bell down) by polling.
 
-May import: `pheby.db`, `pheby.errors`, `pheby.settings`, `pheby.metrics` (the basics) and itself.
+May import: `pheby.db`, `pheby.errors`, `pheby.settings`, `pheby.metrics`, `pheby.cancelling` (the basics) and
+itself.
 """
 
 from pheby.events.bell import RESYNC, Bell, BellUnavailable, Live, LocalBell, RedisBell, Resync, Ring

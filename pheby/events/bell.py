@@ -34,6 +34,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from pheby import metrics
+from pheby.cancelling import cancel_and_wait
 
 __all__ = [
     "LIVE_BYTES",
@@ -270,11 +271,8 @@ class RedisBell(Bell):
         await self._send("UNSUBSCRIBE", self._channel(account_id), self._live_channel(account_id))
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         await self._publisher.aclose()
         await self._pool.disconnect()
 

@@ -22,13 +22,13 @@ than the log retains (`Truncated`) is not served from events: `on_truncated(acco
 """
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 
 from pheby import metrics
+from pheby.cancelling import cancel_and_wait
 from pheby.errors import DatabaseUnavailable
 from pheby.events.bell import RESYNC, Bell, Live, Ring
 from pheby.events.log import MAX_READ, Event, EventLog, Truncated
@@ -89,11 +89,8 @@ class Feed:
 
     async def aclose(self) -> None:
         """Stop the loop (the bell is its owner's to close)."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def subscribe(self, account_id: str, after: int | None = None) -> int:
         """Deliver the account's events from now on (`after` None: those after the log's head now), or
