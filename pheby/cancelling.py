@@ -12,3 +12,11 @@ async def cancel_and_wait(task: "asyncio.Task[Any] | None") -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+
+
+def raise_if_cancelled() -> None:
+    """Raise `CancelledError` if the running task has been asked to stop. For an `except Exception` around a
+    library's await: a cancel that arrived during it may come out as the library's own error."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError

@@ -5,17 +5,20 @@ and never overtakes the event it followed; only the broadcasting process tells i
 stopped mid-traffic loses nothing."""
 
 import asyncio
+import contextlib
 import json
-from collections.abc import AsyncIterator
+import os
+import signal
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import pytest
 
 from pheby.cluster import ClusterHub
-from pheby.cluster.outbox import LiveOutbox
+from pheby.cluster.outbox import BellOutbox
 from pheby.db.postgres import PostgresDatabase
-from pheby.events import EventLog, Live, LocalBell, RedisBell
+from pheby.events import EventLog, Live, LocalBell, RedisBell, Ring
 from pheby.protocol.frames import (
     ConversationRenamed,
     Event,
@@ -293,20 +296,61 @@ async def test_postgresql_stopped_mid_traffic_delays_the_other_processes_and_los
             assert [e.name for _, e in one.heard if isinstance(e, ConversationRenamed)] == expected  # told once
 
 
-async def test_the_live_outbox_stops_when_cancelled_as_a_publish_ends() -> None:
+async def test_the_bell_outbox_stops_when_cancelled_as_a_publish_ends() -> None:
     """A cancel that comes as a publish ends is not lost (`asyncio.wait_for` on Python 3.11 loses it, and the
     outbox's task then waited for its next delta forever: a shutdown that never ended)."""
     outbox_task: list[asyncio.Task[None]] = []
 
     class CancellingBell(LocalBell):
-        async def publish_live(self, lives: list[Live]) -> None:
+        async def publish_many(self, items: Sequence[Ring | Live]) -> None:
             outbox_task[0].cancel()  # shutdown, as the publish is done
 
-    outbox = LiveOutbox(CancellingBell(), "origin")
+    outbox = BellOutbox(CancellingBell(), "origin")
     outbox.start()
     assert outbox._task is not None
     outbox_task.append(outbox._task)
-    outbox.put("a", 0, MessageDelta(conversation_id="c1", message_id="m1", text="hello"))
+    outbox.put_delta("a", 0, MessageDelta(conversation_id="c1", message_id="m1", text="hello"))
     done, _ = await asyncio.wait(outbox_task, timeout=2)
     assert done
     assert outbox_task[0].cancelled()
+
+
+async def test_a_hung_redis_holds_no_broadcast_back(postgres_url: str, own_redis_server: RedisServer) -> None:
+    """Redis stopped with SIGSTOP (it takes connections and never answers): this process's clients get every
+    event as it is broadcast, the other process's by polling the log."""
+    target = RedisTarget(own_redis_server.url, "t:")
+    async with processes(postgres_url, target, count=2) as [one, two]:
+        two.hub.feed.poll_seconds = 0.3
+        await add_accounts(one.db, "a")
+        here, there = one.connect("a"), two.connect("a")
+        await joined([one, two], "a")
+        os.kill(own_redis_server.pid, signal.SIGSTOP)
+        try:
+            for n in range(20):  # one at a time: each its own append (and, before, its own ring's timeout)
+                one.hub.broadcast("a", renamed(f"n{n}"))
+                await one.hub.settled("a")
+            await until(lambda: len(here.names()) == 20, what="this process's clients", timeout=DEADLINE)
+            await until(lambda: len(there.names()) == 20, what="the other's, by polling", timeout=DEADLINE)
+        finally:
+            os.kill(own_redis_server.pid, signal.SIGCONT)
+        assert here.names() == there.names() == [f"n{n}" for n in range(20)]
+
+
+async def test_the_bell_outbox_stops_when_the_publish_swallows_the_cancel() -> None:
+    """redis-py's pipeline may swallow a cancel that comes while it runs (it returns, the task still asked to
+    stop): the outbox stops all the same."""
+    publishing = asyncio.Event()
+
+    class SwallowingBell(LocalBell):
+        async def publish_many(self, items: Sequence[Ring | Live]) -> None:
+            publishing.set()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(10)
+
+    outbox = BellOutbox(SwallowingBell(), "origin")
+    outbox.start()
+    outbox.put_delta("a", 0, MessageDelta(conversation_id="c1", message_id="m1", text="hello"))
+    await asyncio.wait_for(publishing.wait(), 2)
+    closing = asyncio.create_task(outbox.aclose())
+    done, _ = await asyncio.wait([closing], timeout=2)
+    assert done

@@ -1,7 +1,7 @@
 """Several server processes as one: the WebSocket hub's fan-out through the account event log.
 
 `hub`: `ClusterHub`, the hub a process uses when `PHEBY_REDIS_URL` is set; `wire`: how its events
-and live text travel between processes; `outbox`: the live text waiting to be published.
+and live text travel between processes; `outbox`: the live text and the rings waiting to be published.
 
 May import: `pheby.protocol`, `pheby.events` and the basics (`pheby.db`, `pheby.errors`, `pheby.metrics`).
 """

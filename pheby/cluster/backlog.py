@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any, Final, NamedTuple
 
 from pheby import metrics
-from pheby.cancelling import cancel_and_wait
+from pheby.cancelling import cancel_and_wait, raise_if_cancelled
 from pheby.errors import DatabaseError, DatabaseUnavailable
 from pheby.events import EventLog
 
@@ -71,6 +71,7 @@ class Backlog:
 
     async def _drain(self) -> None:
         while self._events:
+            raise_if_cancelled()  # redis-py (the ring after each append) may swallow a cancel
             event = self._events[0]
             try:
                 seq = await self._log.append(event.account_id, event.kind, event.payload)

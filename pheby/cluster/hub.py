@@ -29,7 +29,7 @@ import msgspec
 
 from pheby import metrics
 from pheby.cluster.backlog import Backlog
-from pheby.cluster.outbox import LiveOutbox
+from pheby.cluster.outbox import BellOutbox
 from pheby.cluster.wire import decode_live, decode_logged, logged_payload
 from pheby.errors import DatabaseError, DatabaseUnavailable
 from pheby.events import Event as LoggedEvent
@@ -75,7 +75,7 @@ class ClusterHub(CoalescingHub):
         self.origin = origin or uuid.uuid4().hex
         self.event_log = log
         self.feed = Feed(log, log.bell, self._on_logged, self._on_truncated, on_live=self._on_live)
-        self.outbox = LiveOutbox(log.bell, self.origin)
+        self.outbox = BellOutbox(log.bell, self.origin)
         self.backlog = Backlog(log, self._now_known)
         self._waiting: dict[str, deque[Event]] = {}  # by account: broadcast, not yet sent on
         self._senders: dict[str, asyncio.Task[None]] = {}  # by account: the task sending `_waiting` on
@@ -186,7 +186,7 @@ class ClusterHub(CoalescingHub):
     def _send_delta(self, account_id: str, delta: MessageDelta) -> None:
         self._streams(delta)
         CoalescingHub.broadcast(self, account_id, delta)
-        self.outbox.put(account_id, self._known.get(account_id, 0), delta)
+        self.outbox.put_delta(account_id, self._known.get(account_id, 0), delta)
 
     async def _send_waiting(self, account_id: str, waiting: deque[Event]) -> None:
         """Send the account's waiting events on, in order: a delta as it comes; the logged events that wait
@@ -212,7 +212,6 @@ class ClusterHub(CoalescingHub):
             self._queued_of = +self._queued_of  # drop the zeros
 
     async def _send_logged(self, account_id: str, events: list[Event]) -> None:
-        await self.outbox.flush(account_id)  # the text before them reaches the other processes before them
         entries = [(_kind(event), logged_payload(self.origin, event)) for event in events]
         try:
             logged = await self._append(account_id, entries) if not self.backlog.waiting else None
@@ -242,7 +241,8 @@ class ClusterHub(CoalescingHub):
         while True:
             try:
                 seqs = await self.event_log.transaction(
-                    lambda _conn, appender: [appender.append(account_id, kind, payload) for kind, payload in entries]
+                    lambda _conn, appender: [appender.append(account_id, kind, payload) for kind, payload in entries],
+                    ring_now=False,  # the outbox rings: no broadcast here waits for Redis
                 )
             except DatabaseUnavailable:
                 if loop.time() >= deadline:
@@ -250,6 +250,7 @@ class ClusterHub(CoalescingHub):
                 await asyncio.sleep(APPEND_RETRY_PAUSE)
                 continue
             self._now_known(account_id, seqs[-1])
+            self.outbox.put_ring(account_id, seqs[-1])
             return [
                 LoggedEvent(account_id, seq, kind, payload, 0.0)
                 for seq, (kind, payload) in zip(seqs, entries, strict=True)

@@ -24,6 +24,7 @@ import random
 import time
 from abc import ABC, abstractmethod
 from collections import deque
+from collections.abc import Sequence
 from enum import Enum
 from typing import Any, Final, NamedTuple
 
@@ -34,7 +35,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from pheby import metrics
-from pheby.cancelling import cancel_and_wait
+from pheby.cancelling import cancel_and_wait, raise_if_cancelled
 
 __all__ = [
     "LIVE_BYTES",
@@ -112,9 +113,10 @@ class Bell(ABC):
         logs it): a lost ring delays a delivery, it loses nothing."""
 
     @abstractmethod
-    async def publish_live(self, lives: list[Live]) -> None:
-        """Send each `data` to every process subscribed to its account (itself included), as following
-        seq `after` of the account's log, in order. Raises on failure; a lost one is made up for by the next."""
+    async def publish_many(self, items: Sequence[Ring | Live]) -> None:
+        """Send rings and live messages to every process subscribed to their accounts (itself included), in
+        order, in one go. Raises on failure: a lost ring delays a delivery, a lost live message is made up
+        for by the next."""
 
     async def subscribe(self, account_id: str) -> None:
         """Receive the account's rings from now on (once this returns, if the bell is connected)."""
@@ -181,9 +183,12 @@ class LocalBell(Bell):
     async def publish(self, account_id: str, seq: int) -> None:
         self._ring(Ring(account_id, seq, time.time()))
 
-    async def publish_live(self, lives: list[Live]) -> None:
-        for live in lives:
-            self._live(live)
+    async def publish_many(self, items: Sequence[Ring | Live]) -> None:
+        for item in items:
+            if isinstance(item, Ring):
+                self._ring(item._replace(published_at=time.time()))
+            else:
+                self._live(item)
 
 
 class RedisBell(Bell):
@@ -239,13 +244,16 @@ class RedisBell(Bell):
         except redis.exceptions.RedisError as e:
             raise BellUnavailable() from e
 
-    async def publish_live(self, lives: list[Live]) -> None:
+    async def publish_many(self, items: Sequence[Ring | Live]) -> None:
         if self._task is not None and not self._connected:
             raise BellUnavailable()
         try:
             async with self._publisher.pipeline(transaction=False) as pipe:  # one round trip for them all
-                for live in lives:
-                    pipe.publish(self._live_channel(live.account_id), b"%d %b" % (live.after, live.data))
+                for item in items:
+                    if isinstance(item, Ring):
+                        pipe.publish(self._channel(item.account_id), f"{item.seq} {time.time():.6f}")
+                    else:
+                        pipe.publish(self._live_channel(item.account_id), b"%d %b" % (item.after, item.data))
                 await pipe.execute()
         except redis.exceptions.RedisError as e:
             raise BellUnavailable() from e
@@ -324,6 +332,7 @@ class RedisBell(Bell):
                 self._confirmations.clear()
                 with contextlib.suppress(Exception):
                     await asyncio.shield(conn.disconnect(nowait=True))
+            raise_if_cancelled()  # redis-py may swallow a cancel that comes during its own awaits
             await asyncio.sleep(delay * random.uniform(0.5, 1.0))
             delay = min(delay * 2, self._backoff[1])
 
@@ -342,6 +351,7 @@ class RedisBell(Bell):
         pinged: float | None = time.monotonic()
         while True:
             reply = await conn.read_response(timeout=self._ping_seconds, push_request=True)
+            raise_if_cancelled()
             if reply is None:
                 if pinged is not None and time.monotonic() - pinged > self._ping_seconds:
                     raise ConnectionError("Redis did not answer PING")

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from pheby import metrics
+from pheby.cancelling import raise_if_cancelled
 from pheby.db import Connection, Database
 from pheby.db.in_lists import in_chunks
 from pheby.events.bell import Bell
@@ -183,6 +184,7 @@ async def ring(bell: Bell | None, appended: Mapping[str, int]) -> None:
             if _failing:
                 log.info("event rings are published again")
             _failing = False
+        raise_if_cancelled()  # redis-py may swallow a cancel that comes during a publish
 
 
 _failing = False  # the last ring failed: later failures are not logged again
@@ -196,9 +198,12 @@ class EventLog:
         self.bell = bell
         self._clock = clock
 
-    async def transaction(self, fn: Callable[[Connection, Appender], T], *, durable: bool = False) -> T:
+    async def transaction(
+        self, fn: Callable[[Connection, Appender], T], *, durable: bool = False, ring_now: bool = True
+    ) -> T:
         """Run `fn(conn, appender)` as one `Database.transaction`; once it has committed, ring the bell
-        for every account it appended to. Nothing rings if it raised (nothing was appended)."""
+        for every account it appended to (unless `ring_now` is False: the caller rings, in its own time).
+        Nothing rings if it raised (nothing was appended)."""
         appended: dict[str, int] = {}
 
         def body(conn: Connection) -> T:
@@ -209,7 +214,8 @@ class EventLog:
             return result
 
         result = await self.db.transaction(body, durable=durable)
-        await ring(self.bell, appended)
+        if ring_now:
+            await ring(self.bell, appended)
         return result
 
     async def append(self, account_id: str, kind: str, payload: object) -> int:
