@@ -9,10 +9,11 @@ to the others through the bell's live messages (`pheby.cluster.outbox`), each na
 follows, so it never overtakes the event it came after; a delta of a message that has ended meanwhile
 is dropped.
 
-The account's events leave this process in the order they were broadcast: while one is being
-appended, what the account broadcasts after it (text included) waits behind it. `settled(account)`
-waits until nothing is waiting, so a snapshot read right after it holds what was broadcast before it,
-and every later event reaches the client after the snapshot.
+The account's logged events leave this process in the order they were broadcast (those that pile up
+behind an append are appended together); a delta waits only behind its own conversation's events.
+`settled(account)` waits until nothing is waiting, so a snapshot read right after it holds what was
+broadcast before it, and every later event reaches the client after the snapshot. No broadcast waits
+for Redis: rings and text are published by the bell outbox.
 
 Only the process that broadcast an event tells its listeners (Web Push): one notice per event for the
 whole cluster.
