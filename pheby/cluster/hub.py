@@ -140,7 +140,7 @@ class ClusterHub(CoalescingHub):
             except DatabaseError:
                 await asyncio.sleep(SUBSCRIBE_RETRY_PAUSE)
                 continue
-            self._known[account_id] = max(self._known.get(account_id, 0), position)
+            self._now_known(account_id, position)
             return
 
     async def _unsubscribe(self, account_id: str) -> None:

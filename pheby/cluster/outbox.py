@@ -41,8 +41,6 @@ class BellOutbox:
         self._bytes = 0
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self.published = 0
-        self.dropped = 0
 
     def start(self) -> None:
         if self._task is None:
@@ -67,7 +65,6 @@ class BellOutbox:
         previous = self._waiting.get(delta.message_id)
         freed = len(previous.data) if isinstance(previous, Live) else 0
         if self._bytes - freed + len(data) > self._max_bytes:
-            self.dropped += 1
             metrics.LIVE_DROPPED.inc()
             return
         self._bytes += len(data) - freed
@@ -79,14 +76,14 @@ class BellOutbox:
             await self._wake.wait()
             self._wake.clear()
             while self._waiting:  # one publish at a time: a message's deltas stay in order
-                await self._publish(list(self._waiting))
+                await self._publish_waiting()
                 raise_if_cancelled()  # redis-py's pipeline may swallow a cancel that comes during it
 
-    async def _publish(self, keys: list[str | tuple[str, str]]) -> None:
-        items = [item for key in keys if (item := self._waiting.pop(key, None)) is not None]
-        if not items:
-            return
-        self._bytes -= sum(len(item.data) for item in items if isinstance(item, Live))
+    async def _publish_waiting(self) -> None:
+        """Everything waiting, in one go."""
+        items = list(self._waiting.values())
+        self._waiting.clear()
+        self._bytes = 0
         try:
             # Not `wait_for`: on Python 3.11 it loses a cancel that comes as the publish ends, and the
             # task, cancelled at shutdown, would wait for its next delta forever.
@@ -97,5 +94,3 @@ class BellOutbox:
         except Exception:  # noqa: BLE001 - the bell is down or slow: the feeds poll, the next delta makes up
             metrics.LIVE_PUBLISH_FAILURES.inc(sum(isinstance(item, Live) for item in items))
             metrics.EVENT_PUBLISH_FAILURES.inc(sum(isinstance(item, Ring) for item in items))
-        else:
-            self.published += len(items)

@@ -95,7 +95,6 @@ class Bell(ABC):
         self._queue_size = queue_size
         self._live_bytes = live_bytes
         self._live_queued = 0  # bytes of the live messages in `_rings`
-        self.live_dropped = 0
         self._resync_owed = False
         self._ready = asyncio.Event()
 
@@ -107,10 +106,10 @@ class Bell(ABC):
     async def start(self) -> None:  # noqa: B027 - nothing to start for most bells
         """Begin (a bell that connects somewhere connects now, in the background)."""
 
-    @abstractmethod
     async def publish(self, account_id: str, seq: int) -> None:
         """Ring every process subscribed to the account. Raises on failure (`ring` in `pheby.events.log`
         logs it): a lost ring delays a delivery, it loses nothing."""
+        await self.publish_many([Ring(account_id, seq)])
 
     @abstractmethod
     async def publish_many(self, items: Sequence[Ring | Live]) -> None:
@@ -156,8 +155,7 @@ class Bell(ABC):
         if live.account_id not in self.subscribed:
             return
         if len(self._rings) >= self._queue_size or self._live_queued + len(live.data) > self._live_bytes:
-            self.live_dropped += 1  # made up for by the next one; no RESYNC: the log lost nothing
-            metrics.LIVE_DROPPED.inc()
+            metrics.LIVE_DROPPED.inc()  # made up for by the next one; no RESYNC: the log lost nothing
             return
         self._rings.append(live)
         self._live_queued += len(live.data)
@@ -179,9 +177,6 @@ class LocalBell(Bell):
     @property
     def connected(self) -> bool:
         return True
-
-    async def publish(self, account_id: str, seq: int) -> None:
-        self._ring(Ring(account_id, seq, time.time()))
 
     async def publish_many(self, items: Sequence[Ring | Live]) -> None:
         for item in items:
@@ -236,17 +231,9 @@ class RedisBell(Bell):
         if self._task is None:
             self._task = asyncio.create_task(self._keep_connected(), name="event-bell")
 
-    async def publish(self, account_id: str, seq: int) -> None:
-        if self._task is not None and not self._connected:
-            raise BellUnavailable()  # known down: don't wait for a connect timeout on every append
-        try:
-            await self._publisher.publish(self._channel(account_id), f"{seq} {time.time():.6f}")
-        except redis.exceptions.RedisError as e:
-            raise BellUnavailable() from e
-
     async def publish_many(self, items: Sequence[Ring | Live]) -> None:
         if self._task is not None and not self._connected:
-            raise BellUnavailable()
+            raise BellUnavailable()  # known down: don't wait for a connect timeout on every publish
         try:
             async with self._publisher.pipeline(transaction=False) as pipe:  # one round trip for them all
                 for item in items:
