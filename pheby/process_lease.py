@@ -1,13 +1,13 @@
 """Leases of a PostgreSQL database's `process_leases` rows: the one server process, the one scheduler.
 
-The processes of one deployment don't share their live events yet: each holds its own sockets, its runs'
-readers and its hub, so a client of a second `pheby serve` on the same database would never see the
-first one's runs. Until they do, a database is served by one process, and the `process_leases` row
-`server` says which: its holder (host, pid and a random part) and an expiry the holder renews every
-`RENEW_SECONDS` (servers run side by side in one process, as tests do, share it). A second process is
-refused at start with one line naming the holder. A holder that
-stops releases the lease at once; one that died is replaced once its lease expires (`LEASE_SECONDS`), or
-at once by a process on the same host that finds its pid gone (a restart after kill -9).
+The processes of one deployment don't share their runs yet (with Redis they share their accounts' events,
+`pheby.cluster`): each holds its runs' readers, so a client of a second `pheby serve` on the same database
+would see none of the first one's runs in a snapshot. Until they do, a database is served by one
+process, and the `process_leases` row `server` says which: its holder (host, pid and a random part) and
+an expiry the holder renews every `RENEW_SECONDS` (servers run side by side in one process, as tests do,
+share it). A second process is refused at start with one line naming the holder. A holder that stops
+releases the lease at once; one that died is replaced once its lease expires (`LEASE_SECONDS`), or at
+once by a process on the same host that finds its pid gone (a restart after kill -9).
 
 The scheduler's single runner holds the row `scheduler` the same way (`ProcessLease`), one per server
 (two servers of one process don't share it): the others wait, and take it once it is released or
@@ -69,7 +69,7 @@ def held_elsewhere(holder: str) -> str:
     host, _, rest = holder.partition(":")
     return (
         f"another server process (pid {rest.partition(':')[0]} on {host}) serves this database, and the processes "
-        "of one database can't share their live events yet: stop it first, or give this one a database of its own"
+        "of one database can't share their runs yet: stop it first, or give this one a database of its own"
     )
 
 

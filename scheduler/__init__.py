@@ -11,7 +11,6 @@
 """
 
 import asyncio
-import contextlib
 import fcntl
 import logging
 import os
@@ -23,6 +22,7 @@ from datetime import UTC, datetime
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.schedulers.base import STATE_PAUSED
 
+from pheby.cancelling import cancel_and_wait
 from pheby.process_lease import SCHEDULER, ProcessLease, own_holder
 from pheby.services import Services
 from scheduler.attachment_expiry import expire_attachments
@@ -75,9 +75,7 @@ async def _leased(services: Services) -> AsyncIterator[AsyncIOScheduler]:
     try:
         yield scheduler
     finally:
-        following.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await following
+        await cancel_and_wait(following)
         scheduler.shutdown(wait=False)
         await lease.release()
 
@@ -87,12 +85,13 @@ async def _follow(scheduler: AsyncIOScheduler, lease: ProcessLease) -> None:
     loop = asyncio.get_running_loop()
     held_until = 0.0  # loop time the lease is surely held until (a margin of one renewal before its expiry)
     while True:
+        asked = loop.time()  # the expiry written is no earlier than this plus the lease
         try:
             holding = await (lease.renew() if held_until else _taken(lease))
         except Exception as exc:  # noqa: BLE001 - the database away a moment: tried again next time
             log.warning("the scheduler lease could not be renewed or taken (%s)", type(exc).__name__)
         else:
-            held_until = loop.time() + LEASE_SECONDS - RENEW_SECONDS if holding else 0.0
+            held_until = asked + LEASE_SECONDS - RENEW_SECONDS if holding else 0.0
         running = scheduler.state != STATE_PAUSED
         if held_until and loop.time() < held_until:
             if not running:
