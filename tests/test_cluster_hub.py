@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from pheby.cluster import ClusterHub
+from pheby.cluster import hub as cluster_hub
 from pheby.cluster.outbox import BellOutbox
 from pheby.db.postgres import PostgresDatabase
 from pheby.events import EventLog, Live, LocalBell, RedisBell, Ring
@@ -94,9 +95,8 @@ async def processes(
             stack.push_async_callback(db.close)
             bell = RedisBell(redis.url, prefix=redis.prefix, ping_seconds=1.0, backoff_seconds=(0.05, 0.5))
             stack.push_async_callback(bell.aclose)
-            hub = ClusterHub(
-                log=EventLog(db, bell), delta_window_seconds=0.02, append_window_seconds=0.01, **hub_options
-            )
+            windows = {"delta_window_seconds": 0.02, "append_window_seconds": 0.01}
+            hub = ClusterHub(log=EventLog(db, bell), **(windows | hub_options))
             await hub.start()
             stack.push_async_callback(hub.aclose)
             procs.append(Process(hub, db))
@@ -219,6 +219,26 @@ async def test_text_waits_only_behind_its_own_conversations_events(postgres_url:
             ("conversation.renamed", "c1"),
             ("message.delta", "c1"),
         ]
+
+
+async def test_text_waiting_behind_an_append_is_bounded_in_bytes(
+    postgres_url: str, redis_url: RedisTarget, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cluster_hub, "WAITING_DELTA_BYTES", 3000)
+    # Windows 0: each delta that waited is sent on as it is, none held back by a coalescer.
+    async with processes(postgres_url, redis_url, count=1, delta_window_seconds=0, append_window_seconds=0) as [proc]:
+        await add_accounts(proc.db, "a")
+        socket = proc.connect("a")
+        await joined([proc], "a")
+        connection = proc.hub.of_account("a")[0]
+        proc.hub.broadcast("a", renamed("being logged"))
+        for n in range(1, 11):  # 1,000 bytes more each: the first two fit (1,000 + 2,000), the rest wait for no one
+            proc.hub.broadcast("a", MessageDelta(conversation_id="c1", message_id="m1", text="x" * (1000 * n)))
+        await proc.hub.settled("a")
+        await connection.drain_and_stop()
+        assert [len(f.get("text", "")) for f in socket.frames] == [0, 1000, 2000]
+        proc.hub.broadcast("a", MessageComplete(conversation_id="c1", message_id="m1", text="x" * 10_000))
+        await proc.hub.settled("a")  # the end carries the whole text
 
 
 async def test_an_account_with_no_socket_here_is_still_told_to_listeners(

@@ -37,7 +37,7 @@ from pheby.events import Event as LoggedEvent
 from pheby.events import EventLog, Feed, Live
 from pheby.protocol.coalesce import CoalescingHub
 from pheby.protocol.frames import Event, MessageComplete, MessageDelta, RunFinished
-from pheby.protocol.hub import Connection, Listener
+from pheby.protocol.hub import Connection, Listener, utf8_size
 
 __all__ = ["ClusterHub"]
 
@@ -49,7 +49,9 @@ SUBSCRIBE_RETRY_PAUSE: Final = 0.5
 SETTLE_SECONDS: Final = 5.0  # how long a snapshot waits for its account's broadcasts to go out
 JOIN_SECONDS: Final = 5.0  # how long a hello waits for its account's subscription before `ready` goes anyway
 APPEND_BATCH_MAX: Final = 64  # logged events appended in one transaction at most
-WAITING_DELTAS_MAX: Final = 1024  # per account, behind an event being appended; past it deltas are skipped
+# Per account, deltas waiting behind an event being appended; past either bound they are skipped.
+WAITING_DELTAS_MAX: Final = 1024
+WAITING_DELTA_BYTES: Final = 8 * 1024 * 1024
 MESSAGES_MAX: Final = 10_000  # streaming and ended messages remembered (a late delta of an ended one is dropped)
 
 
@@ -80,6 +82,7 @@ class ClusterHub(CoalescingHub):
         self.backlog = Backlog(log, self._now_known)
         self._waiting: dict[str, deque[Event]] = {}  # by account: broadcast, not yet sent on
         self._senders: dict[str, asyncio.Task[None]] = {}  # by account: the task sending `_waiting` on
+        self._waiting_delta_bytes: Counter[str] = Counter()  # by account: the text of its waiting deltas
         self._subscriptions: dict[str, asyncio.Task[None]] = {}  # by account with a socket here
         self._unsubscribing: set[asyncio.Task[None]] = set()
         self._known: dict[str, int] = {}  # by account: the newest seq appended or delivered here
@@ -169,8 +172,11 @@ class ClusterHub(CoalescingHub):
             self._senders[account_id] = asyncio.create_task(
                 self._send_waiting(account_id, waiting), name=f"cluster-send-{account_id}"
             )
-        if isinstance(event, MessageDelta) and len(waiting) >= WAITING_DELTAS_MAX:
-            return  # cumulative: a later delta, or the message's end, carries this text
+        if isinstance(event, MessageDelta):
+            size = utf8_size(event.text)
+            if len(waiting) >= WAITING_DELTAS_MAX or self._waiting_delta_bytes[account_id] + size > WAITING_DELTA_BYTES:
+                return  # cumulative: a later delta, or the message's end, carries this text
+            self._waiting_delta_bytes[account_id] += size
         waiting.append(event)
         self._queued_of[_conversation_of(account_id, event)] += 1
 
@@ -197,6 +203,7 @@ class ClusterHub(CoalescingHub):
                 if isinstance(waiting[0], MessageDelta):
                     batch: list[Event] = [waiting[0]]
                     self._send_delta(account_id, waiting[0])
+                    self._waiting_delta_bytes[account_id] -= utf8_size(waiting[0].text)
                 else:
                     batch = list(itertools.takewhile(lambda e: not isinstance(e, MessageDelta), waiting))
                     batch = batch[:APPEND_BATCH_MAX]
@@ -210,6 +217,7 @@ class ClusterHub(CoalescingHub):
         finally:
             del self._waiting[account_id]
             del self._senders[account_id]
+            self._waiting_delta_bytes.pop(account_id, None)
             self._queued_of = +self._queued_of  # drop the zeros
 
     async def _send_logged(self, account_id: str, events: list[Event]) -> None:
