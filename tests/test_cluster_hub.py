@@ -17,6 +17,7 @@ import pytest
 
 from pheby.cluster import ClusterHub
 from pheby.cluster import hub as cluster_hub
+from pheby.cluster.backlog import Backlog
 from pheby.cluster.outbox import BellOutbox
 from pheby.db.postgres import PostgresDatabase
 from pheby.events import EventLog, Live, LocalBell, RedisBell, Ring
@@ -374,3 +375,22 @@ async def test_the_bell_outbox_stops_when_the_publish_swallows_the_cancel() -> N
     closing = asyncio.create_task(outbox.aclose())
     done, _ = await asyncio.wait([closing], timeout=2)
     assert done
+
+
+async def test_the_backlog_is_bounded_in_bytes(own_postgres_server: PostgresServer) -> None:
+    """PostgreSQL stopped: the events that wait for it keep at most `max_bytes` of payloads, the newest."""
+    with fresh_database(own_postgres_server.url) as url:
+        db = PostgresDatabase(url, pool_size=1)
+        await db.open()
+        try:
+            own_postgres_server.stop()
+            backlog = Backlog(EventLog(db), lambda _account, _seq: None, max_bytes=3000, retry_seconds=0.1)
+            try:
+                for n in range(10):
+                    backlog.add("a", "test", {"text": f"{n}" * 1000})
+                assert backlog.waiting == 2  # two of ~1 KB each fit in 3,000 bytes, with the third they don't
+            finally:
+                await backlog.aclose()
+                own_postgres_server.start()
+        finally:
+            await db.close()

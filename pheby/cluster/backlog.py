@@ -13,6 +13,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Final, NamedTuple
 
+import msgspec
+
 from pheby import metrics
 from pheby.cancelling import cancel_and_wait, raise_if_cancelled
 from pheby.errors import DatabaseError, DatabaseUnavailable
@@ -22,14 +24,18 @@ __all__ = ["BACKLOG_EVENTS", "Backlog"]
 
 log = logging.getLogger(__name__)
 
-BACKLOG_EVENTS: Final = 10_000  # past it the oldest go unlogged (counted)
+BACKLOG_EVENTS: Final = 10_000  # past it (or past `BACKLOG_BYTES` of payloads) the oldest go unlogged (counted)
+BACKLOG_BYTES: Final = 32 * 1024 * 1024
 RETRY_SECONDS: Final = 1.0
+
+_encoder = msgspec.json.Encoder()
 
 
 class _Unlogged(NamedTuple):
     account_id: str
     kind: str
     payload: dict[str, Any]
+    size: int  # of the payload in JSON
 
 
 class Backlog:
@@ -41,11 +47,14 @@ class Backlog:
         on_appended: Callable[[str, int], None],
         *,
         max_events: int = BACKLOG_EVENTS,
+        max_bytes: int = BACKLOG_BYTES,
         retry_seconds: float = RETRY_SECONDS,
     ) -> None:
         self._log = log
         self._on_appended = on_appended
         self._max_events = max_events
+        self._max_bytes = max_bytes
+        self._bytes = 0
         self._retry_seconds = retry_seconds
         self._events: deque[_Unlogged] = deque()
         self._task: asyncio.Task[None] | None = None
@@ -58,10 +67,13 @@ class Backlog:
     def add(self, account_id: str, kind: str, payload: dict[str, Any]) -> None:
         if not self._events:
             log.warning("events can't be logged now: this process's clients get them, the others once it can")
-        if len(self._events) >= self._max_events:
-            self._events.popleft()
+        early = {**payload, "early": True}
+        unlogged = _Unlogged(account_id, kind, early, len(_encoder.encode(early)))
+        while self._events and (len(self._events) >= self._max_events or self._bytes + unlogged.size > self._max_bytes):
+            self._bytes -= self._events.popleft().size
             metrics.EVENTS_UNLOGGED.inc()
-        self._events.append(_Unlogged(account_id, kind, {**payload, "early": True}))
+        self._events.append(unlogged)
+        self._bytes += unlogged.size
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._drain(), name="cluster-backlog")
 
@@ -81,8 +93,13 @@ class Backlog:
             except DatabaseError:
                 log.exception("an event could not be logged; dropped")  # the account went, say
                 metrics.EVENTS_UNLOGGED.inc()
-                self._events.popleft()
+                self._done_with(event)
                 continue
-            self._events.popleft()
+            self._done_with(event)
             self._on_appended(event.account_id, seq)
         log.info("events are logged again")
+
+    def _done_with(self, event: _Unlogged) -> None:
+        """Let go of the event just appended (or dropped), unless a bound let it go during the append."""
+        if self._events and self._events[0] is event:
+            self._bytes -= self._events.popleft().size
