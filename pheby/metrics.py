@@ -32,6 +32,13 @@ EVENT_TO_FRAME = Histogram(
 # --- runs ---------------------------------------------------------------------------------------
 RUNS_ACTIVE = Gauge("pheby_runs_active", "Runs going now")
 RUNS_FINISHED = Counter("pheby_runs_finished_total", "Runs ended, by final status", ["status"])
+RUN_TAKEOVERS = Counter(
+    "pheby_run_takeovers_total",
+    "Runs this process took over from the journal: their owner stopped, died, or was paused past its lease",
+)
+RUNS_LET_GO = Counter(
+    "pheby_runs_let_go_total", "Runs this process let go of because another process had taken them over"
+)
 RUNS_REATTACHED = Counter(
     "pheby_runs_reattached_total",
     "Runs carried on from a stopped process's journal, by how they ended: completed, failed, cancelled",

@@ -49,7 +49,7 @@ def own_holder() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{_PROCESS_TOKEN}"
 
 
-def _gone(holder: str) -> bool:
+def holder_gone(holder: str) -> bool:
     """Whether `holder` names a process of this host that no longer exists."""
     host, _, rest = holder.partition(":")
     pid = rest.partition(":")[0]
@@ -94,7 +94,7 @@ class ProcessLease:
     def _other_holder(self, conn: Connection, now: float) -> str | None:
         """The live holder of the lease other than this one, if there is one."""
         row = conn.execute("SELECT holder, expires_at FROM process_leases WHERE name = ?", (self.name,)).fetchone()
-        if row is None or row[0] == self.holder or row[1] <= now or _gone(row[0]):
+        if row is None or row[0] == self.holder or row[1] <= now or holder_gone(row[0]):
             return None
         return str(row[0])
 

@@ -1,6 +1,7 @@
 """The long-lived resources of one server process, built in the app lifespan."""
 
 import asyncio
+import functools
 import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -8,6 +9,7 @@ from typing import Any
 
 from pheby import metrics
 from pheby.auth import Authenticator
+from pheby.cancelling import cancel_and_wait
 from pheby.cluster import ClusterHub
 from pheby.db import Database
 from pheby.errors import PhebyError
@@ -28,7 +30,9 @@ from pheby.push.service import Push
 from pheby.revocation import Revocations
 from pheby.runs import AssistantTurn, RunManager
 from pheby.runs.journal import RunJournal
-from pheby.runs.reattach import reattach
+from pheby.runs.keeper import RunKeeper
+from pheby.runs.leases import RunLeases
+from pheby.runs.reattach import reattach, take_over
 from pheby.search.index import SearchIndex
 from pheby.settings import Settings
 from pheby.signin.oidc import OidcSignIn
@@ -100,7 +104,8 @@ class Services:
         self.conversation_settings = ConversationSettings(
             db, self.conversations, hermes, self.models, self.plugin_link, self.hermes_features
         )
-        self.run_journal = RunJournal(db)  # what a restart needs to carry the runs on
+        # What a restart, or another process, needs to carry the runs on; who owns each.
+        self.run_journal = RunJournal(db, leases=RunLeases(db, seconds=settings.run_lease_seconds))
         self.runs = RunManager(
             self.hub,
             self.conversations,
@@ -237,6 +242,7 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
         stack.push_async_callback(services.plugin_link.aclose)
         stack.push_async_callback(services.hermes_features.aclose)
         stack.push_async_callback(services.stop_background)
+        stack.push_async_callback(services.run_journal.leases.aclose)
         stack.push_async_callback(services.runs.shutdown)
         services.background(asyncio.create_task(services.revocations.watch(), name="revocations"))
         if db.engine == "postgresql":
@@ -247,5 +253,10 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
         if services.plugin_link.configured:
             services.background(asyncio.create_task(services.plugin_link.run(), name="plugin-link"))
         # Runs a stopped process left go on before the first client is served (their readers in the background).
-        await reattach(services.run_journal, accounts, services.conversations, hermes.for_account, services.runs)
+        left = (services.run_journal, accounts, services.conversations, hermes.for_account, services.runs)
+        await reattach(*left)
+        # From then on, the runs of any process that dies or stalls (on this database) are taken over here.
+        keeper = RunKeeper(services.runs, services.run_journal.leases, functools.partial(take_over, *left))
+        keeping = asyncio.create_task(keeper.keep(), name="run-keeper")
+        stack.push_async_callback(cancel_and_wait, keeping)  # before the hand-over: it takes over no more
         yield services

@@ -37,6 +37,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     # event log keeps; a client further behind gets a full snapshot.
     event_retention_seconds: Annotated[int, msgspec.Meta(ge=60)] = 24 * 3600
     event_retention_count: Annotated[int, msgspec.Meta(ge=100)] = 10_000
+    # PHEBY_RUN_LEASE_SECONDS: how long a process owns a run without renewing it; past it, another process (or
+    # the next one) takes the run over. It renews every third of it.
+    run_lease_seconds: Annotated[float, msgspec.Meta(ge=3, le=300)] = 15.0
     # PHEBY_SECRET: authenticates the owner account. Filled in by `resolve_secret` when unset.
     secret: Annotated[str, msgspec.Meta(min_length=16)]
     # HERMES_URL / HERMES_API_KEY: the gateway's API server. Empty URL means "start the demo Hermes".
@@ -171,6 +174,7 @@ ENV_NAMES: dict[str, str] = {
     "redis_prefix": "PHEBY_REDIS_PREFIX",
     "event_retention_seconds": "PHEBY_EVENT_RETENTION_SECONDS",
     "event_retention_count": "PHEBY_EVENT_RETENTION_COUNT",
+    "run_lease_seconds": "PHEBY_RUN_LEASE_SECONDS",
     "secret": "PHEBY_SECRET",
     "hermes_url": "HERMES_URL",
     "hermes_api_key": "HERMES_API_KEY",

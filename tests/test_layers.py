@@ -18,7 +18,15 @@ FIRST_PARTY = (*SERVER, "demo_hermes", "hermes_plugin", "pheby_main")
 
 # The basics at pheby's top that every package may import; the rest of the top (the composition root,
 # the cross-cutting services and the entry points) only the top itself and handlers may.
-BASICS = ("pheby.settings", "pheby.errors", "pheby.db", "pheby.redact", "pheby.metrics", "pheby.cancelling")
+BASICS = (
+    "pheby.settings",
+    "pheby.errors",
+    "pheby.db",
+    "pheby.redact",
+    "pheby.metrics",
+    "pheby.cancelling",
+    "pheby.process_lease",
+)
 PLUGIN_EXTRAS = "pheby.plugin.extras"
 HERMES = ("pheby.hermes", "hermes_client")
 
@@ -35,6 +43,7 @@ ALLOWED: list[tuple[str, tuple[str, ...]]] = [
     ("pheby.redact", ()),
     ("pheby.metrics", ()),
     ("pheby.cancelling", ()),
+    ("pheby.process_lease", ("pheby.db", "pheby.errors")),
     (
         "pheby.events",
         ("pheby.db", "pheby.errors", "pheby.settings", "pheby.metrics", "pheby.cancelling", "pheby.events"),

@@ -158,9 +158,9 @@ async def test_no_write_lands_after_the_run_ended_nor_over_a_newer_one(setup: Se
     await setup.journal.admitted(newer)
     newer.position = 9
     await setup.journal.save(newer)
-    old_row = (newer.run_id, newer.account.id, newer.conversation_id, newer.hermes_run_id, "", "", "", 0, "{}", 0.0,
-               "running", 0, 3, "stale", "[]", 1, 0.0)  # fmt: skip
-    await setup.db.transaction(lambda conn: conn.execute(_upsert(), old_row))  # revision 1 after revision 2
+    owner = (newer.run_id, setup.journal.leases.holder, newer.epoch)
+    old_row = ("running", 0, 3, "stale", "[]", 1, *owner, 1)
+    await setup.db.transaction(lambda conn: conn.execute(_update(), old_row))  # revision 1 after revision 2
     [record] = await setup.journal.load()
     assert record.position == 9
     assert record.streamed == ""
@@ -200,10 +200,10 @@ async def test_an_unreadable_entry_is_dropped_and_the_rest_read(setup: Setup) ->
     assert await setup.rows("active_runs") == 1
 
 
-def _upsert() -> str:
+def _update() -> str:
     from pheby.runs import journal
 
-    return journal._UPSERT
+    return journal._UPDATE
 
 
 # --- unseen approvals --------------------------------------------------------------------------------------------

@@ -12,7 +12,9 @@ Modules, one concept each:
 - `decision_desk`: the runs' questions asked of the clients, and their answers taken to Hermes;
 - `unseen`: what Hermes's status says of a run whose stream nobody reads (an approval nobody saw);
 - `journal`: what a new process needs to carry the runs on (SQLite), written before clients hear of it;
-- `reattach`: start-up, carrying on every run a stopped process left in the journal;
+- `leases`: each run's one owner, fenced by an epoch, and how another process takes a run over;
+- `reattach`: carrying a run on from the journal: at start-up, every run a stopped process left;
+- `keeper`: renewing this process's leases, letting go of runs taken over, taking over runs left;
 - `translate`: Hermes events → Pheby events and effects, a pure state machine;
 - `plugin_inputs`: the companion plugin's pushes, as inputs of their own;
 - `plugin_runs`: the runs those pushes name by Hermes's run id, and what each push does to its run;

@@ -52,6 +52,8 @@ class ActiveRun:
         self.cancel_requested = False
         self.ending = False  # its end is being journaled; `finished` follows
         self.reattached = False  # carried on from a stopped process's journal
+        self.epoch = 0  # of its lease (`pheby.runs.leases`) once journaled: this process's writes name it
+        self.taken_over = False  # another process owns it now: this one let it go, saying nothing
         self.caught_up = asyncio.Event()  # its reader has heard from Hermes (a batch, a status) or it ended
         self.position: int | None = None  # the number of the last Hermes event consumed, where they are numbered
         self.read_now = ReadNow()  # set: the reader no longer waits for held-back text before a read

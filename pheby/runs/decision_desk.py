@@ -51,6 +51,11 @@ class DecisionDesk:
         for decision in run.decisions:
             self._runs[decision.id] = run
 
+    def let_go(self, run: ActiveRun) -> None:
+        """The run is another process's now: its decisions are answered there, not here."""
+        for decision in run.decisions:
+            self._runs.pop(decision.id, None)
+
     def settle_all(self, run: ActiveRun) -> None:
         """The run ended: each decision being answered keeps its responder's answer, the rest expire."""
         for resolved in run.decisions.settle_all():
@@ -119,7 +124,7 @@ class DecisionDesk:
             run.position = seq
         await self._journal.decision_asked(run, decision)
         if run.finished.is_set():
-            return  # the run ended meanwhile: nobody is left to answer
+            return  # the run ended (or was taken over) meanwhile: nobody here is left to answer
         run.decisions.ask(decision)
         self._runs[decision.id] = run
         run.phase.move("awaiting_decision")  # a run being cancelled stays cancelling

@@ -23,6 +23,7 @@ import hermes_client as hc
 from pheby import metrics
 from pheby.errors import (
     ConversationNotFound,
+    DatabaseError,
     NotFound,
     RateLimited,
     RunActive,
@@ -120,6 +121,8 @@ class RunManager:
     ) -> None:
         self._hub = hub
         self._journal = journal  # what a restart needs to carry the runs on
+        self._leases = journal.leases  # whether this process still owns its runs
+        journal.when_taken_over(self.let_go)
         self._handing_over = False  # a graceful stop: runs go on in Hermes, for the next process
         self._features = features  # what each gateway advertises (None: nothing)
         self._conversations = conversations
@@ -306,6 +309,30 @@ class RunManager:
         self._readers.add(run.reader)
         run.reader.add_done_callback(self._readers.discard)
 
+    def let_go(self, run: ActiveRun) -> None:
+        """Another process owns the run now (its lease ran out and was taken over): stop reading it, saying
+        nothing to the clients; its new owner says the rest."""
+        if run.finished.is_set():
+            return
+        log.warning("run %s: taken over by another process; letting it go", run.run_id)
+        metrics.RUNS_LET_GO.inc()
+        run.taken_over = True
+        run.finished.set()  # nothing of it is done here any more: its reader, answers and end stop short
+        self._journal.close(run)
+        self.plugin_runs.forget(run, keep=False)
+        self.decision_desk.let_go(run)
+        self.release(run)
+        if run.reader is not None and run.reader is not asyncio.current_task():
+            run.reader.cancel()
+
+    async def _still_owned(self, run: ActiveRun) -> bool:
+        """Whether this process still owns the run, asking the database once its leases may have lapsed (a
+        pause, the database away); if not, the run is let go."""
+        if self._leases.valid() or await self._leases.confirm(run.run_id, run.epoch):
+            return True
+        self.let_go(run)
+        return False
+
     def adopt(self, run: ActiveRun) -> None:
         """Carry on a run a stopped process left in the journal (`pheby.runs.reattach` rebuilt it)."""
         self._by_conversation[run.conversation_id] = run
@@ -385,6 +412,8 @@ class RunManager:
 
     async def _read_then_after_turn(self, run: ActiveRun) -> None:
         await self._read(run)
+        if run.taken_over:
+            return  # its turn is its new owner's to log
         try:
             await self._after_turn(run)
         except Exception:
@@ -498,6 +527,8 @@ class RunManager:
     # --- performing what the translation asks --------------------------------------------
 
     async def _perform_async(self, run: ActiveRun, outputs: list[tr.Output]) -> None:
+        if not await self._still_owned(run):
+            return
         for output in outputs:
             match output:
                 case tr.AskApproval(event=event):
@@ -549,13 +580,17 @@ class RunManager:
 
     async def _end(self, run: ActiveRun, status: ev.RunStatus, error: str | None = None) -> None:
         """End the run: out of the journal first, then its one `run.finished` (even if cancelled meanwhile)."""
-        if run.finished.is_set() or run.ending:
+        if run.finished.is_set() or run.ending or not await self._still_owned(run):
             return
         run.ending = True
+        ours = True  # cancelled while the journal lets it go: it ends here all the same
         try:
-            await asyncio.shield(self._journal.ended(run))
+            ours = await asyncio.shield(self._journal.ended(run))
         finally:
-            self._finish(run, status, error)
+            if ours:
+                self._finish(run, status, error)
+            else:
+                self.let_go(run)
 
     def _finish(self, run: ActiveRun, status: ev.RunStatus, error: str | None = None) -> None:
         """Emit the run's one `run.finished` and clear its state (`_end`: once the journal has let it go)."""
@@ -675,6 +710,8 @@ class RunManager:
             reader.cancel()
         await asyncio.gather(*readers, return_exceptions=True)
         await asyncio.gather(*(self._journal.save(run) for run in self._by_conversation.values() if run.made))
+        with contextlib.suppress(DatabaseError):  # else their leases lapse: taken over within one lease
+            await self._leases.release()  # the next process (or another one) takes them over at once
 
 
 async def _made_in_time(run: ActiveRun) -> bool:

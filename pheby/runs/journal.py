@@ -9,7 +9,8 @@ clients hear of it; the run's row goes before its `run.finished` does (`ended`).
 reads it all back at start-up.
 
 Writes of one run go one at a time and carry a revision: a write never lands over a newer one, and
-none lands after the run's end.
+none lands after the run's end. Each names the run's owner and epoch (`pheby.runs.leases`): once another
+process has taken the run over, this one's writes land nowhere, and it is told (`when_taken_over`).
 """
 
 import asyncio
@@ -26,6 +27,7 @@ from pheby.plugin.extras import PluginExtras
 from pheby.protocol import frames as ev
 from pheby.runs.active import ActiveRun
 from pheby.runs.decisions import Decision
+from pheby.runs.leases import RunLeases
 from pheby.runs.phase import ALLOWED, Phase
 
 log = logging.getLogger("pheby.runs")
@@ -74,6 +76,7 @@ class JournaledRun(msgspec.Struct, frozen=True, kw_only=True):
     streamed: str
     tools: list[ev.ToolState]
     decisions: list[JournaledDecision]
+    epoch: int
 
 
 @dataclass
@@ -89,18 +92,29 @@ class _Entry:
 
 class RunJournal:
     def __init__(
-        self, db: Database, *, every: float = CHECKPOINT_SECONDS, clock: Callable[[], float] = time.monotonic
+        self,
+        db: Database,
+        *,
+        leases: RunLeases | None = None,
+        every: float = CHECKPOINT_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._db = db
+        self.leases = leases or RunLeases(db)
         self._every = every
         self._clock = clock
         self._entries: dict[str, _Entry] = {}
-        self._background: set[asyncio.Task[None]] = set()
+        self._background: set[asyncio.Task[object]] = set()
+        self._taken_over: Callable[[ActiveRun], None] = lambda run: None
+
+    def when_taken_over(self, callback: Callable[[ActiveRun], None]) -> None:
+        """Who is told that a write found the run another process's (it lets the run go)."""
+        self._taken_over = callback
 
     # --- the run's row ---------------------------------------------------------------------
 
     async def admitted(self, run: ActiveRun) -> None:
-        """Hermes made the run: from here a restart carries it on."""
+        """Hermes made the run: from here a restart, or another process, carries it on; this process owns it."""
         self._entries[run.run_id] = _Entry(saved_at=self._clock())
         await self.save(run)
 
@@ -122,30 +136,40 @@ class RunJournal:
 
     async def save(self, run: ActiveRun) -> None:
         """Write where the run is now (also a graceful stop's hand-over)."""
-        await self._write(run, "saving", lambda conn, row: conn.execute(_UPSERT, row))
+        await self._write(run, "saving", lambda conn: None)
 
     async def decision_asked(self, run: ActiveRun, decision: Decision) -> None:
         """The decision, and the run where it is now (past the event that asked it), in one transaction."""
         request = msgspec.json.encode(decision.request).decode()
         asked = (decision.id, run.run_id, request, decision.held_id, _JSON.encode(decision.pattern_keys).decode(),
                  int(decision.by_plugin), int(decision.unseen), time.time())  # fmt: skip
+        await self._write(run, "asking a decision", lambda conn: conn.execute(_INSERT_DECISION, asked))
 
-        def write(conn: Connection, row: tuple[object, ...]) -> None:
-            conn.execute(_UPSERT, row)
-            conn.execute(_INSERT_DECISION, asked)
-
-        await self._write(run, "asking a decision", write)
-
-    async def ended(self, run: ActiveRun) -> None:
-        """The run ends: its row and decisions go (before its `run.finished` does), after any write under way."""
+    async def ended(self, run: ActiveRun) -> bool:
+        """The run ends: its row and decisions go (before its `run.finished` does), after any write under way.
+        False if the run is another process's now: its end is that process's to say."""
         entry = self._entries.pop(run.run_id, None)
         if entry is None:
-            return
+            return True
         entry.closed = True
-        async with entry.lock:
-            await self._quiet_write(run.run_id, "ending", _delete_run(run.run_id))
+        fence = (run.run_id, self.leases.holder, run.epoch)
 
-    async def _write(self, run: ActiveRun, what: str, fn: Callable[[Connection, tuple[object, ...]], object]) -> None:
+        def end(conn: Connection) -> bool:
+            deleted = conn.execute("DELETE FROM active_runs WHERE run_id = ? AND owner = ? AND epoch = ?", fence)
+            return deleted.rowcount == 1 or _owner(conn, run.run_id) is None
+
+        async with entry.lock:
+            ours = await self._quiet_write(run.run_id, "ending", end)
+        return ours is not False
+
+    def close(self, run: ActiveRun) -> None:
+        """The run is another process's now: nothing more of it is written here."""
+        entry = self._entries.pop(run.run_id, None)
+        if entry is not None:
+            entry.closed = True
+
+    async def _write(self, run: ActiveRun, what: str, then: Callable[[Connection], object]) -> None:
+        """Write where the run is now, then `then`, in one transaction, where the row is still this process's."""
         entry = self._entries.get(run.run_id)
         if entry is None:
             return
@@ -153,9 +177,26 @@ class RunJournal:
             if entry.closed:
                 return
             entry.revision += 1
-            row = _row(run, entry.revision)  # taken in one step: the text and the position agree
             entry.positioned = run.position is not None
-            await self._quiet_write(run.run_id, what, lambda conn: fn(conn, row))
+            if run.epoch == 0:  # not journaled yet (or its first write failed): this one takes the run, epoch 1
+                row = (*_row(run, entry.revision), self.leases.holder, 1, self.leases.expiry())
+                if await self._quiet_write(run.run_id, what, _inserting(row, then)) is not None:
+                    run.epoch = 1
+                return
+            row = (*_progress(run, entry.revision), run.run_id, self.leases.holder, run.epoch, entry.revision)
+            owner = (self.leases.holder, run.epoch)
+
+            def write(conn: Connection) -> bool:
+                if conn.execute(_UPDATE, row).rowcount == 0 and _owner(conn, run.run_id) != owner:
+                    return False  # taken over (or its conversation deleted): not this process's any more
+                then(conn)
+                return True
+
+            if await self._quiet_write(run.run_id, what, write) is False:
+                entry.closed = True
+                self._entries.pop(run.run_id, None)
+                log.warning("run %s: another process owns it now; this one lets it go", run.run_id)
+                self._taken_over(run)
 
     # --- decisions -------------------------------------------------------------------------
 
@@ -167,16 +208,17 @@ class RunJournal:
         """A decision expired (or its answer is journaled already): its row goes, in the background."""
         self._spawn(self._quiet_write(decision_id, "forgetting a decision", _delete_decision(decision_id)))
 
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+    def _spawn(self, work: Coroutine[Any, Any, object]) -> None:
         task = asyncio.create_task(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
     # --- reading back ----------------------------------------------------------------------
 
-    async def load(self) -> list[JournaledRun]:
-        """Every run a stopped process left, its decisions oldest first (one that can't be read is dropped)."""
-        rows, decisions = await self._db.run(_read_all)
+    async def load(self, run_ids: list[str] | None = None) -> list[JournaledRun]:
+        """These runs (None: all) as journaled, their decisions oldest first (one that can't be read is
+        dropped)."""
+        rows, decisions = await self._db.run(lambda conn: _read(conn, run_ids))
         runs: list[JournaledRun] = []
         for row in rows:
             try:
@@ -191,23 +233,28 @@ class RunJournal:
         self._entries.pop(run_id, None)
         await self._quiet_write(run_id, "forgetting", _delete_run(run_id))
 
-    async def _quiet_write(self, what_id: str, what: str, fn: Callable[[Connection], object]) -> None:
-        """A journal write that fails (a full disk, a run deleted meanwhile) is logged, never raised: the run
-        goes on in this process either way."""
+    async def _quiet_write(self, what_id: str, what: str, fn: Callable[[Connection], object]) -> object:
+        """A journal write that fails (a full disk, the database away) is logged, never raised: the run goes on
+        in this process either way. What `fn` returned, None if it failed."""
         try:
-            await self._db.transaction(fn)
+            return await self._db.transaction(fn)
         except (DatabaseError, RuntimeError) as exc:
             log.warning("run journal: %s %s failed (%s)", what, what_id, exc)
+            return None
 
 
-_UPSERT: Final = """
+_INSERT: Final = """
 INSERT INTO active_runs (run_id, account_id, conversation_id, hermes_run_id, gateway, user_text, sent_text,
-    stored_before, extras, judged_at, phase, cancel_requested, position, streamed, tools, revision, admitted_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (run_id) DO UPDATE SET
-    phase = excluded.phase, cancel_requested = excluded.cancel_requested, position = excluded.position,
-    streamed = excluded.streamed, tools = excluded.tools, revision = excluded.revision
-WHERE active_runs.revision < excluded.revision
+    stored_before, extras, judged_at, phase, cancel_requested, position, streamed, tools, revision, admitted_at,
+    owner, epoch, lease_expires_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (run_id) DO NOTHING
+"""
+
+# Where the run is now, where the row is still this owner's at this epoch, and not newer already.
+_UPDATE: Final = """
+UPDATE active_runs SET phase = ?, cancel_requested = ?, position = ?, streamed = ?, tools = ?, revision = ?
+WHERE run_id = ? AND owner = ? AND epoch = ? AND revision < ?
 """
 
 _INSERT_DECISION: Final = """
@@ -240,8 +287,30 @@ def _row(run: ActiveRun, revision: int) -> tuple[object, ...]:
     )
 
 
-def _read_all(conn: Connection) -> tuple[list[Row], dict[str, list[Row]]]:
+def _progress(run: ActiveRun, revision: int) -> tuple[object, ...]:
+    """What changes as a run goes on (taken in one step: the text and the position agree)."""
+    tools = _JSON.encode(list(run.tools.values())).decode()
+    return (run.phase.current, int(run.cancel_requested), run.position, run.view.streamed.raw, tools, revision)
+
+
+def _inserting(row: tuple[object, ...], then: Callable[[Connection], object]) -> Callable[[Connection], bool]:
+    def write(conn: Connection) -> bool:
+        conn.execute(_INSERT, row)
+        then(conn)
+        return True
+
+    return write
+
+
+def _owner(conn: Connection, run_id: str) -> tuple[str, int] | None:
+    row = conn.execute("SELECT owner, epoch FROM active_runs WHERE run_id = ?", (run_id,)).fetchone()
+    return None if row is None else (str(row[0]), int(row[1]))
+
+
+def _read(conn: Connection, run_ids: list[str] | None) -> tuple[list[Row], dict[str, list[Row]]]:
     rows = conn.execute("SELECT * FROM active_runs ORDER BY admitted_at").fetchall()
+    if run_ids is not None:
+        rows = [row for row in rows if row["run_id"] in run_ids]
     decisions: dict[str, list[Row]] = {}
     for decision in conn.execute("SELECT * FROM run_decisions ORDER BY asked_at, decision_id"):
         decisions.setdefault(decision["run_id"], []).append(decision)
@@ -265,6 +334,7 @@ def _journaled(row: Row, decisions: list[Row]) -> JournaledRun:
         position=row["position"],
         streamed=row["streamed"],
         tools=_decode_tools(row["tools"]),
+        epoch=row["epoch"],
         decisions=[
             JournaledDecision(
                 decision_id=d["decision_id"],

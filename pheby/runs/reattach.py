@@ -1,4 +1,6 @@
-"""Start-up: every run a stopped process left in the journal is carried on, before the server is ready.
+"""Runs carried on from the journal: at start-up, every run a stopped process left, before the server is
+ready (`reattach`); later, any run whose owner died or was paused past its lease (`take_over`, called by
+`pheby.runs.keeper`).
 
 Each is rebuilt as it was journaled (same run id, draft, tool calls, pending decisions under their ids,
 phase) and read again the way the gateway allows (`RunManager.adopt` starts its reader): where Hermes
@@ -15,6 +17,7 @@ import time
 from collections.abc import Callable
 
 import hermes_client as hc
+from pheby import metrics
 from pheby.errors import NotFound
 from pheby.runs.active import ActiveRun
 from pheby.runs.engine import RunManager
@@ -34,22 +37,8 @@ async def reattach(
     hermes_for: Callable[[Account], hc.HermesClient],
     runs: RunManager,
 ) -> int:
-    """Carry on every journaled run; how many were."""
-    carried: list[ActiveRun] = []
-    for record in await journal.load():
-        try:
-            account = await accounts.get(record.account_id)
-            conversation = await conversations.get(account.id, record.conversation_id)
-        except NotFound:
-            await journal.forget(record.run_id)  # deleted while no server ran: nobody is left to see it
-            continue
-        if record.gateway != (account.hermes.url or ""):
-            log.warning("run %s: its account moved to another Hermes; it can't be followed", record.run_id)
-            await journal.forget(record.run_id)
-            continue
-        run = restored(record, account, conversation, hermes_for(account))
-        runs.adopt(run)
-        carried.append(run)
+    """Carry on every run left by a process that stopped or died; how many were."""
+    carried = await take_over(journal, accounts, conversations, hermes_for, runs)
     if carried:
         began = time.monotonic()
         # A moment for each to hear from Hermes: the first snapshot then shows where the run is now (a replayed
@@ -67,6 +56,38 @@ async def reattach(
     return len(carried)
 
 
+async def take_over(
+    journal: RunJournal,
+    accounts: Accounts,
+    conversations: Conversations,
+    hermes_for: Callable[[Account], hc.HermesClient],
+    runs: RunManager,
+) -> list[ActiveRun]:
+    """Claim each run whose owner stopped or died or whose lease ran out (`RunLeases.left`), and carry it
+    on here; those carried on. A run another process claims first is left to it."""
+    claimed = []
+    for left in await journal.leases.left():
+        if await journal.leases.claim(left) is not None:
+            metrics.RUN_TAKEOVERS.inc()
+            claimed.append(left.run_id)
+    carried: list[ActiveRun] = []
+    for record in await journal.load(claimed):
+        try:
+            account = await accounts.get(record.account_id)
+            conversation = await conversations.get(account.id, record.conversation_id)
+        except NotFound:
+            await journal.forget(record.run_id)  # deleted while no server ran: nobody is left to see it
+            continue
+        if record.gateway != (account.hermes.url or ""):
+            log.warning("run %s: its account moved to another Hermes; it can't be followed", record.run_id)
+            await journal.forget(record.run_id)
+            continue
+        run = restored(record, account, conversation, hermes_for(account))
+        runs.adopt(run)
+        carried.append(run)
+    return carried
+
+
 def restored(record: JournaledRun, account: Account, conversation: Conversation, client: hc.HermesClient) -> ActiveRun:
     """The run as the journal kept it."""
     run = ActiveRun(account, conversation, client, run_id=record.run_id)
@@ -76,6 +97,7 @@ def restored(record: JournaledRun, account: Account, conversation: Conversation,
     run.judged_at = record.judged_at
     run.cancel_requested = run.view.cancelling = record.cancel_requested
     run.position = record.position
+    run.epoch = record.epoch
     run.view.draft = run.view.streamed.add(record.streamed)
     for tool in record.tools:
         run.view.tools[tool.tool_call_id] = tool

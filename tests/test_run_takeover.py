@@ -1,0 +1,93 @@
+"""A run outlives its owner's stall: two servers on one PostgreSQL and Redis (in this process, each on its own
+thread and loop), the demo Hermes in a process of its own, as a 0.22-era gateway (numbered events: the stream
+is reopened after the last event the journal has) and as a 0.19.0 one (one consumer per stream: the run is
+followed by its status).
+
+The run's owner stalls past its lease (its event loop blocked, as a SIGSTOP would); the other server takes
+the run over and ends it once with the agent's whole answer. When the stalled owner comes back it lets the
+run go without a word: no second end, nothing of it in the account's log twice.
+"""
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.database import query
+from tests.demo_hermes_process import DemoHermesProcess
+from tests.live_server import LiveServer, free_port
+from tests.server_deployment import started_run, texts
+from tests.ws_client import PhebyClient
+
+pytestmark = [pytest.mark.anyio, pytest.mark.live, pytest.mark.parametrize("database_url", ["cluster"], indirect=True)]
+
+LEASE_SECONDS = 3.0
+STALL_SECONDS = LEASE_SECONDS + 4  # past the lease, and a takeover's poll after it
+TICKS = 400  # 20 s of text: still streaming after the takeover however slow the machine
+ANSWER = "".join(f"tick {i} " for i in range(TICKS)).strip()
+GATEWAYS = [pytest.param((), id="one-consumer"), pytest.param(("--replay",), id="replay")]
+
+
+def stall(server: LiveServer, seconds: float) -> None:
+    """Block the server's event loop for `seconds`: nothing of it runs meanwhile, its sockets included."""
+    server.server.servers[0].get_loop().call_soon_threadsafe(time.sleep, seconds)
+
+
+@pytest.mark.parametrize("gateway", GATEWAYS)
+async def test_a_stalled_owners_run_is_taken_over_and_ends_once_with_the_whole_answer(
+    make_settings: Callable[..., Any],
+    start_live_server: Callable[..., LiveServer],
+    make_demo_hermes_process: Callable[..., DemoHermesProcess],
+    database_url: str,
+    gateway: tuple[str, ...],
+) -> None:
+    hermes = make_demo_hermes_process("--delta-delay", "0.01", *gateway)
+
+    def server() -> LiveServer:
+        settings = make_settings(
+            port=free_port(), hermes_url=hermes.base_url, hermes_api_key=hermes.api_key, run_lease_seconds=3
+        )
+        return start_live_server(settings)
+
+    owner, other = server(), server()
+    on_owner = await PhebyClient.connect(owner.ws_url, owner.secret)
+    on_other = await PhebyClient.connect(other.ws_url, other.secret)
+    try:
+        conversation_id, run_id = await started_run(on_owner, f"/demo slow {TICKS}")
+        await on_other.wait_for(lambda f: f.get("type") == "message.delta" and "tick 10 " in f["text"], 15)
+
+        stall(owner, STALL_SECONDS)
+        stalled_until = time.monotonic() + STALL_SECONDS
+        # Within the lease and a poll, while the owner is still stalled, the other server has the run.
+        while other.services.runs.active(conversation_id) is None:
+            assert time.monotonic() < stalled_until - 1, "not taken over while its owner stalled"
+            await asyncio.sleep(0.05)
+        if gateway:  # replay: the stream goes on from the other server, the owner still stalled
+            latest = texts(on_other, run_id)[-1]
+            await on_other.wait_for(
+                lambda f: f.get("type") == "message.delta" and len(f["text"]) > len(latest),
+                stalled_until - time.monotonic() - 0.5,
+            )
+        finished = await on_other.expect("run.finished", 60, run_id=run_id)
+        assert finished["status"] == "completed"
+        assert [f["text"] for f in on_other.seen("message.complete", message_id=f"draft-{run_id}")] == [ANSWER]
+
+        # The owner, back, let the run go: its clients get the one end the new owner said, from the log.
+        await on_owner.expect("run.finished", 20, run_id=run_id)
+        await asyncio.sleep(1.0)  # anything a wrong second end would send
+        for client in (on_owner, on_other):
+            assert len(client.seen("run.finished", run_id=run_id)) == 1
+            assert [f["text"] for f in client.seen("message.complete", message_id=f"draft-{run_id}")] == [ANSWER]
+        kinds = [row[0] for row in query(owner.settings, "SELECT kind FROM account_events ORDER BY seq")]
+        assert (kinds.count("run.finished"), kinds.count("message.complete")) == (1, 1), kinds
+        assert query(owner.settings, "SELECT run_id FROM active_runs") == []
+        assert owner.services.runs.active_count() == other.services.runs.active_count() == 0
+
+        again = await on_owner.request("chat.send", "run.accepted", conversation_id=conversation_id, text="hello again")
+        assert again["type"] == "run.accepted", again
+        await on_other.expect("run.finished", 20, run_id=again["run_id"])
+    finally:
+        for client in (on_owner, on_other):
+            await client.close()
