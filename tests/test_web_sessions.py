@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from playwright.sync_api import Browser, WebSocket, expect
+from playwright.sync_api import Browser, Route, WebSocket, expect
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 from websockets.typing import Origin
@@ -54,6 +54,32 @@ def test_the_secret_signs_in_and_the_page_keeps_no_credential(web: WebPage, live
     web.page.reload()  # a fresh load starts from the cookie: GET /api/me, then the socket
     expect(web.page.get_by_role("button", name="Sign out")).to_be_visible()
     web.assert_no_console_errors()
+
+
+def test_the_sign_in_form_works_while_the_pages_own_session_check_hangs(web: WebPage, live_server: LiveServer) -> None:
+    """On load the page asks `GET /api/me` whether its cookie still works. Held up (a dead connection, a server
+    busy or restarting), that question must not hold the form: it reads "Sign in" and signs in, and its late
+    answer (401: the question went before the cookie) does not sign the person out again."""
+    held: list[Route] = []
+
+    def hold_the_first(route: Route) -> None:
+        if held:
+            route.continue_()
+        else:
+            held.append(route)
+
+    web.page.route("**/api/me", hold_the_first)
+    web.open()
+    sign_in = web.page.get_by_role("button", name="Sign in", exact=True)
+    expect(sign_in).to_be_enabled(timeout=5000)
+    web.page.get_by_label("Owner secret or token").fill(live_server.secret)
+    sign_in.click()
+    expect(web.page.get_by_role("button", name="New chat").first).to_be_visible()
+
+    held[0].continue_()  # the load's own question, answered now: 401
+    web.page.wait_for_timeout(500)
+    expect(web.page.get_by_role("button", name="New chat").first).to_be_visible()
+    expect(web.page.get_by_label("Owner secret or token")).to_have_count(0)
 
 
 def test_the_pages_cookie_opens_no_socket_from_another_origin(web: WebPage, live_server: LiveServer) -> None:

@@ -59,18 +59,22 @@ export class Client {
     this.syncedRuns = new Set();
     this.historyPage = HISTORY_PAGE;
     this.linkedConversation = new URLSearchParams(location.search).get(CONVERSATION_PARAMETER);
+    this.sessionChecks = 0; // numbers the load's session checks: only the latest (before a sign-in) counts
   }
 
   // --- session ---------------------------------------------------------------------------
 
   // The page keeps no credential: the HttpOnly session cookie is the sign-in. On load, `GET /api/me`
-  // says whether it still works (200: connect; else the sign-in screen).
+  // says whether it still works (200: connect; else the sign-in screen). The sign-in form stays usable while
+  // it is asked (held up, it must not hold the person up), and an answer that comes after a sign-in began
+  // is not heeded.
   async resume() {
-    this.store.set({ status: "connecting" });
+    const asked = ++this.sessionChecks;
     let me;
     try {
       me = await api("GET", "/api/me");
     } catch (error) {
+      if (asked !== this.sessionChecks) return;
       if (error.status === 401 || error.status === 403) {
         this.store.set({ status: "signed-out", signInError: "" });
         return;
@@ -81,6 +85,7 @@ export class Client {
       this.resumeTimer = setTimeout(() => !this.store.state.session && this.resume(), RESUME_RETRY_MS);
       return;
     }
+    if (asked !== this.sessionChecks) return;
     this.connect({ kind: "session", name: me.name });
   }
 
@@ -95,6 +100,7 @@ export class Client {
   // Starts a session (its cookie), then connects with a hello the cookie authenticates.
   async signIn(start, refused) {
     clearTimeout(this.resumeTimer);
+    this.sessionChecks++; // the load's own check, if still asked, is answered by this sign-in
     this.store.set({ signInError: "", status: "connecting" });
     try {
       const answer = await start();
