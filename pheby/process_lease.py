@@ -50,11 +50,15 @@ def own_holder() -> str:
 
 
 def holder_gone(holder: str) -> bool:
-    """Whether `holder` names a process of this host that no longer exists."""
+    """Whether `holder` names a process of this host that no longer exists: its pid is gone, or is this
+    process's while the holder's random part is not (a restart that got the same pid, as pid 1 in a
+    container does)."""
     host, _, rest = holder.partition(":")
-    pid = rest.partition(":")[0]
+    pid, _, token = rest.partition(":")
     if host != socket.gethostname() or not pid.isdigit():
         return False
+    if int(pid) == os.getpid():
+        return token.partition(":")[0] != _PROCESS_TOKEN
     try:
         os.kill(int(pid), 0)
     except ProcessLookupError:

@@ -76,6 +76,15 @@ async def test_a_holder_of_this_host_whose_process_is_gone_is_replaced_at_once(d
     await ServerLease(db).take()
 
 
+async def test_a_holder_with_this_processes_pid_but_not_its_random_part_is_replaced_at_once(
+    db: PostgresDatabase,
+) -> None:
+    """An earlier process that had this pid (pid 1 of a container restarted after kill -9) is gone."""
+    earlier = ServerLease(db, holder=f"{os.uname().nodename}:{os.getpid()}:not-this-one")
+    await earlier.take()
+    await ServerLease(db).take()
+
+
 @pytest.mark.live
 async def test_a_second_pheby_serve_is_refused_with_one_line_and_a_restart_after_kill_9_is_not(
     postgres_url: str, tmp_path: Path
