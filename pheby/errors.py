@@ -148,3 +148,14 @@ class RunActive(Conflict):
 
 class ProtocolTooLarge(TooLarge):
     default_message = "Message too large"
+
+
+def error_of(code: str, message: str) -> PhebyError:
+    """The error a code names (as another process reported it), with its message: the most general class
+    of that code; an unknown code is an internal error."""
+    classes: list[type[PhebyError]] = [PhebyError]
+    for cls in classes:  # breadth first: a base comes before the subclasses that share its code
+        if cls.code == code:
+            return cls(message)
+        classes.extend(cls.__subclasses__())
+    return PhebyError(message)

@@ -28,7 +28,9 @@ from pheby.process_lease import ServerLease
 from pheby.protocol.coalesce import CoalescingHub
 from pheby.push.service import Push
 from pheby.revocation import Revocations
+from pheby.run_owners import BellRunOwners
 from pheby.runs import AssistantTurn, RunManager
+from pheby.runs.commands import carry_out
 from pheby.runs.journal import RunJournal
 from pheby.runs.keeper import RunKeeper
 from pheby.runs.leases import RunLeases
@@ -106,6 +108,16 @@ class Services:
         )
         # What a restart, or another process, needs to carry the runs on; who owns each.
         self.run_journal = RunJournal(db, leases=RunLeases(db, seconds=settings.run_lease_seconds))
+        # With Redis, a run another process owns gets its clients' commands there, as letters on the bell.
+        self.run_owners = (
+            None
+            if self.event_log is None or self.event_log.bell is None
+            else BellRunOwners(
+                self.event_log.bell,
+                self.run_journal.leases.holder,
+                lambda command: carry_out(self.runs, command),
+            )
+        )
         self.runs = RunManager(
             self.hub,
             self.conversations,
@@ -117,6 +129,7 @@ class Services:
             attachments=self.attachments,
             features=self.hermes_features,
             journal=self.run_journal,
+            owners=self.run_owners,
         )
         self._background: set[asyncio.Task[Any]] = set()
         self._finishing: set[asyncio.Task[Any]] = set()
@@ -238,6 +251,10 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
         if isinstance(services.hub, ClusterHub):  # closed after everything that may broadcast
             await services.hub.start()
             stack.push_async_callback(_close_cluster_hub, services.hub)
+        if services.run_owners is not None and isinstance(services.hub, ClusterHub):
+            services.hub.feed.deliver_letters(services.run_owners.on_letter)
+            await services.run_owners.start()
+            stack.push_async_callback(services.run_owners.aclose)
         stack.push_async_callback(services.push.aclose)
         stack.push_async_callback(services.plugin_link.aclose)
         stack.push_async_callback(services.hermes_features.aclose)

@@ -20,7 +20,7 @@ from pheby.cluster import hub as cluster_hub
 from pheby.cluster.backlog import Backlog
 from pheby.cluster.outbox import BellOutbox
 from pheby.db.postgres import PostgresDatabase
-from pheby.events import EventLog, Live, LocalBell, RedisBell, Ring
+from pheby.events import EventLog, Letter, Live, LocalBell, RedisBell, Ring
 from pheby.protocol.frames import (
     ConversationRenamed,
     Event,
@@ -323,7 +323,7 @@ async def test_the_bell_outbox_stops_when_cancelled_as_a_publish_ends() -> None:
     outbox_task: list[asyncio.Task[None]] = []
 
     class CancellingBell(LocalBell):
-        async def publish_many(self, items: Sequence[Ring | Live]) -> None:
+        async def publish_many(self, items: Sequence[Ring | Live | Letter]) -> None:
             outbox_task[0].cancel()  # shutdown, as the publish is done
 
     outbox = BellOutbox(CancellingBell(), "origin")
@@ -363,7 +363,7 @@ async def test_the_bell_outbox_stops_when_the_publish_swallows_the_cancel() -> N
     publishing = asyncio.Event()
 
     class SwallowingBell(LocalBell):
-        async def publish_many(self, items: Sequence[Ring | Live]) -> None:
+        async def publish_many(self, items: Sequence[Ring | Live | Letter]) -> None:
             publishing.set()
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.sleep(10)

@@ -41,14 +41,20 @@ class Setup:
         self.clock = Clock()
         self.journal = RunJournal(db, clock=self.clock)
 
-    def run(self) -> ActiveRun:
-        run = ActiveRun(self.account, self.conversation, self.client)
+    async def run(self) -> ActiveRun:
+        """A run in a conversation of its own (a conversation has one run at a time)."""
+        conversation = await Conversations(self.db).create(self.account.id, "Deploys")
+        run = ActiveRun(self.account, conversation, self.client)
         run.hermes_run_id = "run_" + run.run_id
         run.user_text, run.sent_text, run.stored_before = "Deploy it", "Deploy it (inlined)", 41
         run.extras = PluginExtras(live=True, clarify=True)
         run.judged_at = 1234.5
         run.phase.move("running")
         return run
+
+    async def admit(self, run: ActiveRun) -> None:
+        assert await self.journal.reserved(run)
+        await self.journal.admitted(run)
 
     async def rows(self, table: str) -> int:
         count: int = await self.db.run(lambda c: c.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
@@ -92,8 +98,8 @@ def clarification(run: ActiveRun) -> Decision:
 
 
 async def test_a_journaled_run_reads_back_as_it_was_with_its_decisions_oldest_first(setup: Setup) -> None:
-    run = setup.run()
-    await setup.journal.admitted(run)
+    run = await setup.run()
+    await setup.admit(run)
     run.view.draft = run.view.streamed.add("Working on MEDIA:/tmp/a.png it")
     run.view.tools["t1"] = ev.ToolState(tool_call_id="t1", tool_name="terminal", status="running", run_id=run.run_id)
     run.view.tools["t0"] = ev.ToolState(tool_call_id="t0", tool_name="search", status="completed", run_id=run.run_id)
@@ -129,8 +135,8 @@ async def test_a_journaled_run_reads_back_as_it_was_with_its_decisions_oldest_fi
 
 
 async def test_a_settled_decision_and_an_ended_run_leave_nothing(setup: Setup) -> None:
-    run = setup.run()
-    await setup.journal.admitted(run)
+    run = await setup.run()
+    await setup.admit(run)
     await setup.journal.decision_asked(run, approval(run, "a1"))
     await setup.journal.decision_asked(run, approval(run, "a2"))
     await setup.journal.decision_settled("a1")
@@ -143,8 +149,8 @@ async def test_a_settled_decision_and_an_ended_run_leave_nothing(setup: Setup) -
 
 
 async def test_no_write_lands_after_the_run_ended_nor_over_a_newer_one(setup: Setup) -> None:
-    run = setup.run()
-    await setup.journal.admitted(run)
+    run = await setup.run()
+    await setup.admit(run)
     run.view.streamed.add("one two three")
     setup.clock.now += 10
     setup.journal.progress(run)  # a background write, under way while the run ends
@@ -154,8 +160,8 @@ async def test_no_write_lands_after_the_run_ended_nor_over_a_newer_one(setup: Se
     await setup.journal.decision_asked(run, approval(run))
     assert await setup.journal.load() == []  # ended stays ended
 
-    newer = setup.run()
-    await setup.journal.admitted(newer)
+    newer = await setup.run()
+    await setup.admit(newer)
     newer.position = 9
     await setup.journal.save(newer)
     owner = (newer.run_id, setup.journal.leases.holder, newer.epoch)
@@ -167,8 +173,8 @@ async def test_no_write_lands_after_the_run_ended_nor_over_a_newer_one(setup: Se
 
 
 async def test_progress_writes_at_the_first_numbered_event_then_once_a_checkpoint_interval(setup: Setup) -> None:
-    run = setup.run()
-    await setup.journal.admitted(run)
+    run = await setup.run()
+    await setup.admit(run)
     run.view.streamed.add("first")
     setup.journal.progress(run)  # too soon after the admission, and no numbered event yet: nothing
     await asyncio.sleep(0.05)
@@ -190,9 +196,9 @@ async def test_progress_writes_at_the_first_numbered_event_then_once_a_checkpoin
 
 
 async def test_an_unreadable_entry_is_dropped_and_the_rest_read(setup: Setup) -> None:
-    good, bad = setup.run(), setup.run()
+    good, bad = await setup.run(), await setup.run()
     for run in (good, bad):
-        await setup.journal.admitted(run)
+        await setup.admit(run)
     await setup.db.transaction(
         lambda conn: conn.execute("UPDATE active_runs SET tools = 'not json' WHERE run_id = ?", (bad.run_id,))
     )
@@ -241,8 +247,8 @@ def test_an_unseen_approval_offers_deny_only() -> None:
 async def test_a_plugin_question_delivered_again_after_a_restart_is_the_one_already_pending(setup: Setup) -> None:
     """The plugin keeps what a stopped server never acknowledged and delivers it again: the question the journal
     kept pending is not asked a second time under a new id."""
-    run = setup.run()
-    await setup.journal.admitted(run)
+    run = await setup.run()
+    await setup.admit(run)
     desk = DecisionDesk(Hub(), setup.journal, Conversations(setup.db), None)
     first = await desk.ask_clarify(run, "plugin-c1", "Staging or production?", None, by_plugin=True)
     [record] = await setup.journal.load()

@@ -13,8 +13,10 @@ import pytest
 
 import hermes_client as hc
 from pheby.db import Database, open_database
+from pheby.process_lease import own_holder
 from pheby.runs.active import ActiveRun
 from pheby.runs.journal import RunJournal
+from pheby.runs.keeper import RunKeeper
 from pheby.runs.leases import RunLeases
 from pheby.store.accounts import Accounts
 from pheby.store.conversations import Conversation, Conversations
@@ -35,6 +37,10 @@ class Process:
         self.journal = RunJournal(db, leases=self.leases)
         self.let_go: list[str] = []
         self.journal.when_taken_over(lambda run: self.let_go.append(run.run_id))
+
+    async def admit(self, run: ActiveRun) -> None:
+        assert await self.journal.reserved(run)
+        await self.journal.admitted(run)
 
 
 class World:
@@ -71,7 +77,7 @@ async def world(tmp_path: Path, database_url: str) -> AsyncIterator[World]:
 
 
 async def test_a_run_is_its_admitting_processes_until_its_lease_runs_out(world: World) -> None:
-    await world.first.journal.admitted(world.run)
+    await world.first.admit(world.run)
     assert world.run.epoch == 1
     assert await world.row() == (world.first.leases.holder, 1, world.clock.now + LEASE)
     assert await world.second.leases.left() == []  # live: nobody may take it
@@ -88,7 +94,7 @@ async def test_a_run_is_its_admitting_processes_until_its_lease_runs_out(world: 
 
 
 async def test_of_two_takers_one_wins_and_an_owner_that_renewed_meanwhile_keeps_its_run(world: World) -> None:
-    await world.first.journal.admitted(world.run)
+    await world.first.admit(world.run)
     world.clock.now += LEASE + 1
     [seen_by_second] = await world.second.leases.left()
     [seen_by_third] = await world.third.leases.left()
@@ -100,7 +106,7 @@ async def test_of_two_takers_one_wins_and_an_owner_that_renewed_meanwhile_keeps_
     # A lapsed lease its owner renews before anyone claims it stays its owner's.
     await world.db.run(lambda c: c.execute("DELETE FROM active_runs"))
     world.run.epoch = 0
-    await world.first.journal.admitted(world.run)
+    await world.first.admit(world.run)
     world.clock.now += LEASE + 1
     [left] = await world.second.leases.left()
     assert await world.first.leases.renew() == {world.run.run_id: 1}
@@ -109,7 +115,7 @@ async def test_of_two_takers_one_wins_and_an_owner_that_renewed_meanwhile_keeps_
 
 
 async def test_the_ex_owners_writes_land_nowhere_once_its_run_was_taken_over(world: World) -> None:
-    await world.first.journal.admitted(world.run)
+    await world.first.admit(world.run)
     world.run.view.streamed.add("before the pause")
     await world.first.journal.save(world.run)
     world.clock.now += LEASE + 1  # paused past its lease
@@ -129,7 +135,7 @@ async def test_the_ex_owners_writes_land_nowhere_once_its_run_was_taken_over(wor
 
 
 async def test_an_ex_owner_ending_a_run_taken_over_leaves_it_to_the_new_owner(world: World) -> None:
-    await world.first.journal.admitted(world.run)
+    await world.first.admit(world.run)
     world.clock.now += LEASE + 1
     [left] = await world.second.leases.left()
     assert await world.second.leases.claim(left) == 2
@@ -141,19 +147,23 @@ async def test_a_run_whose_owner_on_this_host_is_gone_is_left_at_once(world: Wor
     dead = await asyncio.create_subprocess_exec("true")
     await dead.wait()
     gone = RunLeases(world.db, holder=f"{socket.gethostname()}:{dead.pid}:dddd:04", clock=world.clock)
-    alive = RunLeases(world.db, holder=f"{socket.gethostname()}:{os.getpid()}:eeee:05", clock=world.clock)
-    for leases in (gone, alive):
-        run = ActiveRun(world.run.account, world.conversation, world.run.client)
-        await RunJournal(world.db, leases=leases).admitted(run)
+    alive = RunLeases(world.db, holder=f"{own_holder()}:05", clock=world.clock)  # this very process
+    # This process's pid with another random part: an earlier process that had the same pid (pid 1 in a
+    # container restarted after kill -9).
+    reborn = RunLeases(world.db, holder=f"{socket.gethostname()}:{os.getpid()}:eeee:06", clock=world.clock)
+    for leases in (gone, alive, reborn):
+        conversation = await Conversations(world.db).create(world.run.account.id, "Another")
+        journal = RunJournal(world.db, leases=leases)
+        assert await journal.reserved(ActiveRun(world.run.account, conversation, world.run.client))
     left = await world.second.leases.left()
-    assert [(entry.owner, entry.owner_gone) for entry in left] == [(gone.holder, True)]
+    assert [(entry.owner, entry.owner_gone) for entry in left] == [(gone.holder, True), (reborn.holder, True)]
     assert await world.second.leases.claim(left[0]) == 2
 
 
 async def test_a_released_run_is_left_at_once_and_the_owner_knows_its_leases_only_so_long(world: World) -> None:
     first = world.first
     assert not first.leases.valid()  # nothing confirmed yet
-    await first.journal.admitted(world.run)
+    await first.admit(world.run)
     assert await first.leases.confirm(world.run.run_id, 1)
     assert first.leases.valid()
     first.monotonic.now += LEASE * 2 / 3  # past what its last renewal vouches for
@@ -166,3 +176,66 @@ async def test_a_released_run_is_left_at_once_and_the_owner_knows_its_leases_onl
     assert left.run_id == world.run.run_id
     assert await world.second.leases.claim(left) == 2
     assert not await first.leases.confirm(world.run.run_id, 1)
+
+
+async def test_a_conversation_has_one_run_whichever_process_reserves_it(world: World) -> None:
+    await world.first.admit(world.run)
+    second_try = ActiveRun(world.run.account, world.conversation, world.run.client)
+    assert not await world.second.journal.reserved(second_try)  # the first process's run is under way
+    assert not await world.first.journal.reserved(second_try)
+    world.clock.now += LEASE + 1
+    assert not await world.second.journal.reserved(second_try)  # expired is not over: it is taken over
+    assert await world.first.journal.ended(world.run)
+    assert await world.second.journal.reserved(second_try)
+    assert second_try.epoch == 1
+    assert await world.row() is None  # world.run's row went; the new one is second_try's
+    owners = await world.db.run(lambda c: c.execute("SELECT run_id, owner FROM active_runs").fetchall())
+    assert [tuple(row) for row in owners] == [(second_try.run_id, world.second.leases.holder)]
+
+
+class Engine:
+    """The run engine as the keeper sees it: the runs under way here."""
+
+    def __init__(self) -> None:
+        self.active: list[ActiveRun] = []
+        self.let_gone: list[ActiveRun] = []
+
+    def all_active(self) -> list[ActiveRun]:
+        return list(self.active)
+
+    def let_go(self, run: ActiveRun) -> None:
+        self.let_gone.append(run)
+
+
+async def test_the_keeper_lets_go_of_a_run_taken_over_and_gives_up_a_row_with_no_run_behind_it(
+    world: World,
+) -> None:
+    engine = Engine()
+    taken: list[str] = []
+
+    async def take_over() -> list[ActiveRun]:
+        taken.extend(left.run_id for left in await world.first.leases.left())
+        return []
+
+    keeper = RunKeeper(engine, world.first.leases, take_over)
+    await world.first.admit(world.run)
+    engine.active.append(world.run)
+    await keeper.once()
+    assert (engine.let_gone, taken) == ([], [])
+
+    world.clock.now += LEASE + 1  # stalled: another process takes the run over
+    [left] = await world.second.leases.left()
+    assert await world.second.leases.claim(left) == 2
+    await keeper.once()
+    assert engine.let_gone == [world.run]
+
+    # A row of this process's with no run of its behind it (its end failed to delete it): given up at the
+    # second pass that finds it, then anyone's to take over.
+    conversation = await Conversations(world.db).create(world.run.account.id, "Old")
+    orphan = ActiveRun(world.run.account, conversation, world.run.client)
+    assert await world.first.journal.reserved(orphan)
+    engine.active.clear()
+    await keeper.once()
+    assert taken == []
+    await keeper.once()
+    assert taken == [orphan.run_id]

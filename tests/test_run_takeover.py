@@ -70,6 +70,13 @@ async def test_a_stalled_owners_run_is_taken_over_and_ends_once_with_the_whole_a
                 lambda f: f.get("type") == "message.delta" and len(f["text"]) > len(latest),
                 stalled_until - time.monotonic() - 0.5,
             )
+        # Back, the owner lets the run go; the conversation's one run stays the other server's.
+        while owner.services.runs.active(conversation_id) is not None:
+            assert time.monotonic() < stalled_until + 10, "the stalled owner kept the run"
+            await asyncio.sleep(0.05)
+        refused = await on_owner.request("chat.send", "run.accepted", 20, conversation_id=conversation_id, text="too")
+        assert refused["error"]["code"] == "run_active", refused
+
         finished = await on_other.expect("run.finished", 60, run_id=run_id)
         assert finished["status"] == "completed"
         assert [f["text"] for f in on_other.seen("message.complete", message_id=f"draft-{run_id}")] == [ANSWER]

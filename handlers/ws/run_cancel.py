@@ -20,8 +20,9 @@ class RunCancel(ClientMessage, frozen=True, tag="run.cancel"):
 
 async def handle(ctx: WsContext, msg: RunCancel) -> None:
     run = ctx.services.runs.active(msg.conversation_id)
-    if run is None or run.run_id != msg.run_id or run.account.id != ctx.account.id:
+    if run is not None and (run.run_id != msg.run_id or run.account.id != ctx.account.id):
         raise NotFound("No such active run")
+    # Not here: another process may own it (the cancel goes there), or nobody (`not_found`, answered below).
     ctx.services.background(asyncio.create_task(_cancel(ctx, msg), name=f"cancel-{msg.run_id}"))
 
 

@@ -14,7 +14,6 @@ from handlers.ws.support.context import WsContext, rid
 from handlers.ws.support.messages import ClientMessage
 from pheby.errors import (
     BadRequest,
-    NotFound,
     NotImplementedByUpstream,
     ProtocolTooLarge,
 )
@@ -37,12 +36,8 @@ async def handle(ctx: WsContext, msg: RunSteer) -> None:
         raise ProtocolTooLarge(f"text is limited to {CHAT_TEXT_MAX} characters")
     if not (await ctx.services.hermes_features.of(ctx.account)).run_steer:
         raise NotImplementedByUpstream(NO_STEER)
-    run = ctx.services.runs.active(msg.conversation_id)
-    if run is None or run.run_id != msg.run_id or run.account.id != ctx.account.id:
-        raise NotFound("No such active run")
-    hermes_run_id: str = run.hermes_run_id
-    if not hermes_run_id:  # reserved, not made in Hermes yet
-        raise NotFound("The run has not started yet")
+    # Whichever process owns the run: the guidance goes to Hermes from here.
+    hermes_run_id = await ctx.services.runs.hermes_run_id(ctx.account.id, msg.conversation_id, msg.run_id)
     try:
         result = await ctx.services.hermes.for_account(ctx.account).steer_run(hermes_run_id, msg.text)
     except hc.HermesError as exc:

@@ -2,7 +2,8 @@
 
 `log`: each account's ordered event log (`account_events`), its seq taken in the writer's transaction,
 gap-free; the truth. `bell`: rings ("account A's log reached seq N") through Redis pub/sub, or within
-one process; an unreliable transport that says when it may have lost rings. `feed`: a process's
+one process; an unreliable transport that says when it may have lost rings (it also carries letters, messages
+for one process). `feed`: a process's
 delivery of its subscribed accounts' events, exactly once and in seq order, reading the log on a ring, a
 resync, a periodic position check, or (the bell down) by polling.
 
@@ -10,7 +11,7 @@ May import: `pheby.db`, `pheby.errors`, `pheby.settings`, `pheby.metrics`, `pheb
 itself.
 """
 
-from pheby.events.bell import RESYNC, Bell, BellUnavailable, Live, LocalBell, RedisBell, Resync, Ring
+from pheby.events.bell import RESYNC, Bell, BellUnavailable, Letter, Live, LocalBell, RedisBell, Resync, Ring
 from pheby.events.feed import Feed
 from pheby.events.log import Appender, Event, EventLog, Truncated, append, heads, prune, read_after, ring
 
@@ -22,6 +23,7 @@ __all__ = [
     "Event",
     "EventLog",
     "Feed",
+    "Letter",
     "Live",
     "LocalBell",
     "RedisBell",

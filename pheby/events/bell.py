@@ -15,6 +15,10 @@ The same connection carries `Live` messages: what is published only, never logge
 it streams), with the seq of the account's log it follows. They are as unreliable as rings and are
 dropped, never queued past `LIVE_BYTES`: each one carries a run's whole text so far, so the next one
 (or the logged event that ends the text) makes up for a lost one.
+
+It also carries `Letter`s: messages for one process, not for an account (a run's command for the process
+that owns the run, and its answer), to the addresses a process opened with `open_inbox`. Just as
+unreliable: whoever sends one waits a bounded time for what it asked.
 """
 
 import asyncio
@@ -43,6 +47,7 @@ __all__ = [
     "RESYNC",
     "Bell",
     "BellUnavailable",
+    "Letter",
     "Live",
     "LocalBell",
     "RedisBell",
@@ -73,6 +78,13 @@ class Live(NamedTuple):
     data: bytes
 
 
+class Letter(NamedTuple):
+    """A message for the process that opened the inbox `address`: `data`, as its sender encoded it."""
+
+    address: str
+    data: bytes
+
+
 class Resync(Enum):
     """Rings may have been lost: re-read every position."""
 
@@ -91,7 +103,8 @@ class Bell(ABC):
 
     def __init__(self, *, queue_size: int = QUEUE_SIZE, live_bytes: int = LIVE_BYTES) -> None:
         self.subscribed: set[str] = set()
-        self._rings: deque[Ring | Live] = deque()
+        self.inboxes: set[str] = set()
+        self._rings: deque[Ring | Live | Letter] = deque()
         self._queue_size = queue_size
         self._live_bytes = live_bytes
         self._live_queued = 0  # bytes of the live messages in `_rings`
@@ -112,10 +125,10 @@ class Bell(ABC):
         await self.publish_many([Ring(account_id, seq)])
 
     @abstractmethod
-    async def publish_many(self, items: Sequence[Ring | Live]) -> None:
-        """Send rings and live messages to every process subscribed to their accounts (itself included), in
-        order, in one go. Raises on failure: a lost ring delays a delivery, a lost live message is made up
-        for by the next."""
+    async def publish_many(self, items: Sequence[Ring | Live | Letter]) -> None:
+        """Send rings and live messages to every process subscribed to their accounts (itself included), and
+        letters to their inboxes, in order, in one go. Raises on failure: a lost ring delays a delivery, a
+        lost live message is made up for by the next, a lost letter's sender stops waiting."""
 
     async def subscribe(self, account_id: str) -> None:
         """Receive the account's rings from now on (once this returns, if the bell is connected)."""
@@ -125,15 +138,20 @@ class Bell(ABC):
         """Receive no more of the account's rings."""
         self.subscribed.discard(account_id)
 
-    async def receive(self) -> Ring | Live | Resync:
-        """The next ring or live message, or `RESYNC` when rings may have been lost. One consumer only."""
+    async def open_inbox(self, address: str) -> None:
+        """Receive the letters for `address` from now on (once this returns, if the bell is connected)."""
+        self.inboxes.add(address)
+
+    async def receive(self) -> Ring | Live | Letter | Resync:
+        """The next ring, live message or letter, or `RESYNC` when rings may have been lost. One consumer
+        only."""
         while True:
             if self._resync_owed:
                 self._resync_owed = False
                 return RESYNC
             if self._rings:
                 item = self._rings.popleft()
-                if isinstance(item, Live):
+                if not isinstance(item, Ring):
                     self._live_queued -= len(item.data)
                 return item
             self._ready.clear()
@@ -151,8 +169,8 @@ class Bell(ABC):
         self._rings.append(ring)
         self._ready.set()
 
-    def _live(self, live: Live) -> None:
-        if live.account_id not in self.subscribed:
+    def _live(self, live: Live | Letter) -> None:
+        if (live.account_id not in self.subscribed) if isinstance(live, Live) else (live.address not in self.inboxes):
             return
         if len(self._rings) >= self._queue_size or self._live_queued + len(live.data) > self._live_bytes:
             metrics.LIVE_DROPPED.inc()  # made up for by the next one; no RESYNC: the log lost nothing
@@ -165,8 +183,9 @@ class Bell(ABC):
         """Rings may have been lost: those queued are superseded by one RESYNC (live messages go too)."""
         if dropped:
             log.warning("event bell queue full: %d rings dropped, resync", len(self._rings) + 1)
-        self._rings.clear()
-        self._live_queued = 0
+        letters = [item for item in self._rings if isinstance(item, Letter)]  # not the log's: kept
+        self._rings = deque(letters)
+        self._live_queued = sum(len(letter.data) for letter in letters)
         self._resync_owed = True
         self._ready.set()
 
@@ -178,7 +197,7 @@ class LocalBell(Bell):
     def connected(self) -> bool:
         return True
 
-    async def publish_many(self, items: Sequence[Ring | Live]) -> None:
+    async def publish_many(self, items: Sequence[Ring | Live | Letter]) -> None:
         for item in items:
             if isinstance(item, Ring):
                 self._ring(item._replace(published_at=time.time()))
@@ -207,6 +226,7 @@ class RedisBell(Bell):
         super().__init__(queue_size=queue_size, live_bytes=live_bytes)
         self._prefix = f"{prefix}events:"
         self._live_prefix = f"{prefix}live:"
+        self._inbox_prefix = f"{prefix}inbox:"
         self._ping_seconds = ping_seconds
         self._backoff = backoff_seconds
         self._pool: ConnectionPool = ConnectionPool.from_url(
@@ -231,7 +251,7 @@ class RedisBell(Bell):
         if self._task is None:
             self._task = asyncio.create_task(self._keep_connected(), name="event-bell")
 
-    async def publish_many(self, items: Sequence[Ring | Live]) -> None:
+    async def publish_many(self, items: Sequence[Ring | Live | Letter]) -> None:
         if self._task is not None and not self._connected:
             raise BellUnavailable()  # known down: don't wait for a connect timeout on every publish
         try:
@@ -239,15 +259,23 @@ class RedisBell(Bell):
                 for item in items:
                     if isinstance(item, Ring):
                         pipe.publish(self._channel(item.account_id), f"{item.seq} {time.time():.6f}")
-                    else:
+                    elif isinstance(item, Live):
                         pipe.publish(self._live_channel(item.account_id), b"%d %b" % (item.after, item.data))
+                    else:
+                        pipe.publish(f"{self._inbox_prefix}{item.address}", item.data)
                 await pipe.execute()
         except redis.exceptions.RedisError as e:
             raise BellUnavailable() from e
 
     async def subscribe(self, account_id: str) -> None:
         await super().subscribe(account_id)
-        channels = [self._channel(account_id).encode(), self._live_channel(account_id).encode()]
+        await self._subscribe_confirmed([self._channel(account_id).encode(), self._live_channel(account_id).encode()])
+
+    async def open_inbox(self, address: str) -> None:
+        await super().open_inbox(address)
+        await self._subscribe_confirmed([f"{self._inbox_prefix}{address}".encode()])
+
+    async def _subscribe_confirmed(self, channels: list[bytes]) -> None:
         confirmations = []
         for channel in channels:
             confirmed = self._confirmations.get(channel)
@@ -330,7 +358,7 @@ class RedisBell(Bell):
             channel
             for account_id in sorted(self.subscribed)
             for channel in (self._channel(account_id), self._live_channel(account_id))
-        ]
+        ] + [f"{self._inbox_prefix}{address}" for address in sorted(self.inboxes)]
         if channels:
             await conn.send_command("SUBSCRIBE", *channels, check_health=False)
         # Its answer comes after every subscription's: from then on no ring is missed, so RESYNC then.
@@ -362,6 +390,9 @@ class RedisBell(Bell):
     def _on_message(self, channel: bytes, data: Any) -> None:
         name = channel.decode(errors="replace")
         if not isinstance(data, bytes):
+            return
+        if name.startswith(self._inbox_prefix):
+            self._live(Letter(name.removeprefix(self._inbox_prefix), data))
             return
         if name.startswith(self._live_prefix):
             after, _, body = data.partition(b" ")

@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable
 from pheby import metrics
 from pheby.cancelling import cancel_and_wait
 from pheby.errors import DatabaseUnavailable
-from pheby.events.bell import RESYNC, Bell, Live, Ring
+from pheby.events.bell import RESYNC, Bell, Letter, Live, Ring
 from pheby.events.log import MAX_READ, Event, EventLog, Truncated
 
 __all__ = ["CHECK_SECONDS", "POLL_SECONDS", "Feed"]
@@ -58,6 +58,7 @@ class Feed:
         on_truncated: Callable[[str], Awaitable[None]],
         *,
         on_live: Callable[[Live], Awaitable[None]] | None = None,
+        on_letter: Callable[[Letter], None] | None = None,
         check_seconds: float = CHECK_SECONDS,
         poll_seconds: float = POLL_SECONDS,
     ) -> None:
@@ -69,12 +70,17 @@ class Feed:
         self._on_event = on_event
         self._on_truncated = on_truncated
         self._on_live = on_live
+        self._on_letter = on_letter  # the bell's letters for this process (they are not the log's)
         self._positions: dict[str, int] = {}  # account → the seq delivered last
         self._lock = asyncio.Lock()  # one reader of the log at a time: deliveries never interleave
         self._task: asyncio.Task[None] | None = None
         self.gap_repairs: Counter[str] = Counter()  # reads that found events no ring had announced, by cause
         self.delivered_by: Counter[str] = Counter()  # events delivered, by what made the feed read them
         self.resyncs = 0
+
+    def deliver_letters(self, on_letter: Callable[[Letter], None]) -> None:
+        """Who gets the bell's letters for this process."""
+        self._on_letter = on_letter
 
     @property
     def positions(self) -> dict[str, int]:
@@ -158,6 +164,8 @@ class Feed:
                     await self._on_ring(item)
                 elif isinstance(item, Live):
                     await self._on_live_message(item)
+                elif isinstance(item, Letter) and self._on_letter is not None:
+                    self._on_letter(item)
             except asyncio.CancelledError:
                 raise
             except DatabaseUnavailable:

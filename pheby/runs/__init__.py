@@ -15,6 +15,8 @@ Modules, one concept each:
 - `leases`: each run's one owner, fenced by an epoch, and how another process takes a run over;
 - `reattach`: carrying a run on from the journal: at start-up, every run a stopped process left;
 - `keeper`: renewing this process's leases, letting go of runs taken over, taking over runs left;
+- `forwarding`: a client's commands for a run another process owns, and how they get there (`RunOwners`);
+- `commands`: carrying out here such a command for a run this process owns;
 - `translate`: Hermes events → Pheby events and effects, a pure state machine;
 - `plugin_inputs`: the companion plugin's pushes, as inputs of their own;
 - `plugin_runs`: the runs those pushes name by Hermes's run id, and what each push does to its run;

@@ -19,6 +19,7 @@ from pheby.protocol import frames as ev
 from pheby.protocol.hub import Hub
 from pheby.runs.active import ActiveRun
 from pheby.runs.decisions import Answer, Decision, Kind, Resolved, resolved_id
+from pheby.runs.forwarding import AnswerApproval, AnswerClarify, NoOtherOwners, RunOwners
 from pheby.runs.journal import RunJournal
 from pheby.runs.unseen import UnseenApprovals, unseen_request
 from pheby.store.conversations import Conversations
@@ -38,10 +39,16 @@ class ClarifyHolder(Protocol):
 
 class DecisionDesk:
     def __init__(
-        self, hub: Hub, journal: RunJournal, conversations: Conversations, plugin: ClarifyHolder | None
+        self,
+        hub: Hub,
+        journal: RunJournal,
+        conversations: Conversations,
+        plugin: ClarifyHolder | None,
+        owners: RunOwners | None = None,
     ) -> None:
         self._hub = hub
         self._journal = journal
+        self._owners = owners or NoOtherOwners()
         self._conversations = conversations
         self._plugin = plugin
         self._runs: dict[str, ActiveRun] = {}  # approval and clarify ids → their run
@@ -190,9 +197,23 @@ class DecisionDesk:
             raise unknown()
         return run, decision
 
+    async def _owner_elsewhere(self, account_id: str, decision_id: str) -> str | None:
+        """The process that owns the run asking this decision, if that is not this one."""
+        if decision_id in self._runs:
+            return None
+        owner = await self._journal.owner_of_decision(account_id, decision_id)
+        return owner if owner != self._journal.leases.holder else None
+
     async def respond_approval(
-        self, account_id: str, approval_id: str, choice: str, request_id: str | UnsetType
+        self, account_id: str, approval_id: str, choice: str, request_id: str | UnsetType, *, forwarded: bool = False
     ) -> None:
+        """Take a client's answer to Hermes; a run another process owns gets it there (unless `forwarded`)."""
+        if not forwarded and (owner := await self._owner_elsewhere(account_id, approval_id)) is not None:
+            command = AnswerApproval(
+                account_id=account_id, approval_id=approval_id, choice=choice, request_id=_or_none(request_id)
+            )
+            await self._owners.forward(owner, command)
+            return
         answer = Answer(choice, request_id)
         run, decision = self._begin_answer(account_id, approval_id, "approval", answer, ApprovalNotFound)
         if decision.unseen and choice != "deny":
@@ -216,8 +237,14 @@ class DecisionDesk:
         await self._resolve(run, approval_id, answer)
 
     async def respond_clarify(
-        self, account_id: str, clarify_id: str, response: str, request_id: str | UnsetType
+        self, account_id: str, clarify_id: str, response: str, request_id: str | UnsetType, *, forwarded: bool = False
     ) -> None:
+        if not forwarded and (owner := await self._owner_elsewhere(account_id, clarify_id)) is not None:
+            command = AnswerClarify(
+                account_id=account_id, clarify_id=clarify_id, response=response, request_id=_or_none(request_id)
+            )
+            await self._owners.forward(owner, command)
+            return
         answer = Answer(response, request_id)
         run, decision = self._begin_answer(account_id, clarify_id, "clarify", answer, ClarifyNotFound)
         try:
@@ -243,3 +270,7 @@ class DecisionDesk:
         except (hc.HermesNotFound, hc.HermesRejected):
             return False
         return True
+
+
+def _or_none(request_id: str | UnsetType) -> str | None:
+    return None if isinstance(request_id, UnsetType) else request_id

@@ -39,6 +39,7 @@ from pheby.redact import sanitize_error
 from pheby.runs import translate as tr
 from pheby.runs.active import ActiveRun, AssistantTurn
 from pheby.runs.decision_desk import DecisionDesk
+from pheby.runs.forwarding import CancelRun, NoOtherOwners, RunOwners
 from pheby.runs.journal import RunJournal
 from pheby.runs.media import DeliverMedia, MediaDelivery
 from pheby.runs.plugin_runs import PluginRuns
@@ -118,6 +119,7 @@ class RunManager:
         features: HermesFeatures | None = None,
         *,
         journal: RunJournal,
+        owners: RunOwners | None = None,
     ) -> None:
         self._hub = hub
         self._journal = journal  # what a restart needs to carry the runs on
@@ -132,7 +134,8 @@ class RunManager:
         self._attachments = attachments
         self._recovery = recovery
         self._by_conversation: dict[str, ActiveRun] = {}
-        self.decision_desk = DecisionDesk(hub, journal, conversations, plugin)  # the runs' questions and answers
+        self._owners = owners or NoOtherOwners()  # the other processes, for runs they own
+        self.decision_desk = DecisionDesk(hub, journal, conversations, plugin, self._owners)  # questions, answers
         self.plugin_runs = PluginRuns(self.decision_desk)  # the runs the plugin's pushes name by Hermes's run id
         self._last_tools: dict[str, list[ev.ToolState]] = {}
         self._transitions: Counter[str] = Counter()
@@ -201,6 +204,8 @@ class RunManager:
         run = self.reserve(account, conversation)
         run.judged_at = judged_at
         try:
+            if not await self._journal.reserved(run):
+                raise RunActive()  # another process's run
             if self._attachments is not None:
                 prepared = await self._attachments.prepare_chat_input(account.id, conversation.id, text, attachment_ids)
                 hermes_input, attachments = prepared.text, prepared.attachments
@@ -210,6 +215,7 @@ class RunManager:
                 hermes_input, attachments = text, []
         except BaseException:
             self.release(run)
+            await asyncio.shield(self._journal.ended(run))
             raise
         run.user_text = text
         await self.start(run, conversation, hermes_input, request_id)
@@ -222,7 +228,8 @@ class RunManager:
         return run
 
     def reserve(self, account: Account, conversation: Conversation) -> ActiveRun:
-        """Claim the conversation's run slot (synchronously, so two sends can't both win)."""
+        """Claim the conversation's run slot in this process (synchronously, so two sends can't both win);
+        the journal's reservation claims it across processes."""
         if conversation.id in self._deleting:
             raise ConversationNotFound()
         if conversation.id in self._by_conversation:
@@ -278,6 +285,7 @@ class RunManager:
             run.started.set()  # from here a cancel can stop it
         except hc.HermesError as exc:
             self.release(run)
+            await asyncio.shield(self._journal.ended(run))
             raise hermes_failure(
                 exc,
                 unavailable="Hermes is unavailable right now; the message was not sent, try again",
@@ -641,10 +649,34 @@ class RunManager:
 
     # --- client decisions ----------------------------------------------------------------
 
-    async def cancel(self, account_id: str, conversation_id: str, run_id: str, *, once_made: bool = False) -> None:
-        """Stop the run and wait (bounded) for it to end. A run Hermes has not made yet is `not_found`, unless
-        its conversation is being deleted or `once_made` (a revoke): then it is stopped as soon as it is made."""
+    async def hermes_run_id(self, account_id: str, conversation_id: str, run_id: str) -> str:
+        """Hermes's id of the account's active run, whichever process owns it; `not_found` when it is not
+        under way, or not made in Hermes yet."""
         run = self._by_conversation.get(conversation_id)
+        if run is not None and (run.run_id != run_id or run.account.id != account_id):
+            raise NotFound("No such active run")
+        made = run.hermes_run_id if run is not None else None
+        if run is None and (owned := await self._journal.owner_of_run(account_id, conversation_id, run_id)):
+            made = owned[1]
+        if made is None:
+            raise NotFound("No such active run")
+        if not made:
+            raise NotFound("The run has not started yet")
+        return made
+
+    async def cancel(
+        self, account_id: str, conversation_id: str, run_id: str, *, once_made: bool = False, forwarded: bool = False
+    ) -> None:
+        """Stop the run and wait (bounded) for it to end. A run Hermes has not made yet is `not_found`, unless
+        its conversation is being deleted or `once_made` (a revoke): then it is stopped as soon as it is made.
+        A run another process owns is stopped there (unless this is the cancel `forwarded` from another)."""
+        run = self._by_conversation.get(conversation_id)
+        if run is None and not forwarded:
+            owned = await self._journal.owner_of_run(account_id, conversation_id, run_id)
+            if owned is not None and owned[0] != self._leases.holder:
+                command = CancelRun(account_id=account_id, conversation_id=conversation_id, run_id=run_id)
+                await self._owners.forward(owned[0], command)
+                return
         if run is None or run.run_id != run_id or run.account.id != account_id or run.finished.is_set():
             raise NotFound("No such active run")
         if not run.made:  # reserved, no Hermes run made yet

@@ -113,10 +113,28 @@ class RunJournal:
 
     # --- the run's row ---------------------------------------------------------------------
 
-    async def admitted(self, run: ActiveRun) -> None:
-        """Hermes made the run: from here a restart, or another process, carries it on; this process owns it."""
+    async def reserved(self, run: ActiveRun) -> bool:
+        """Hold the conversation's one run slot for `run` across processes (this process owns it, epoch 1);
+        False if a run of the conversation is under way already, whichever process owns it. Raises
+        `DatabaseError` when that can't be known."""
+        row = (*_row(run, 0), self.leases.holder, 1, self.leases.expiry())
+
+        def reserve(conn: Connection) -> bool:
+            # Writers take turns (`Database.transaction`): no other reservation lands between these two.
+            if conn.execute("SELECT 1 FROM active_runs WHERE conversation_id = ?", (run.conversation_id,)).fetchone():
+                return False
+            conn.execute(_INSERT, row)
+            return True
+
+        if not await self._db.transaction(reserve):
+            return False
+        run.epoch = 1
         self._entries[run.run_id] = _Entry(saved_at=self._clock())
-        await self.save(run)
+        return True
+
+    async def admitted(self, run: ActiveRun) -> None:
+        """Hermes made the run: from here a restart, or another process, carries it on."""
+        await self._write(run, "admitting", lambda conn: None, admitting=True)
 
     def adopt(self, run: ActiveRun) -> None:
         """A run read back from the journal is journaled again from here."""
@@ -168,8 +186,11 @@ class RunJournal:
         if entry is not None:
             entry.closed = True
 
-    async def _write(self, run: ActiveRun, what: str, then: Callable[[Connection], object]) -> None:
-        """Write where the run is now, then `then`, in one transaction, where the row is still this process's."""
+    async def _write(
+        self, run: ActiveRun, what: str, then: Callable[[Connection], object], *, admitting: bool = False
+    ) -> None:
+        """Write where the run is now (`admitting`: and what Hermes made of it), then `then`, in one
+        transaction, where the row is still this process's."""
         entry = self._entries.get(run.run_id)
         if entry is None:
             return
@@ -178,16 +199,16 @@ class RunJournal:
                 return
             entry.revision += 1
             entry.positioned = run.position is not None
-            if run.epoch == 0:  # not journaled yet (or its first write failed): this one takes the run, epoch 1
-                row = (*_row(run, entry.revision), self.leases.holder, 1, self.leases.expiry())
-                if await self._quiet_write(run.run_id, what, _inserting(row, then)) is not None:
-                    run.epoch = 1
-                return
-            row = (*_progress(run, entry.revision), run.run_id, self.leases.holder, run.epoch, entry.revision)
+            fence = (run.run_id, self.leases.holder, run.epoch, entry.revision)
+            statement, row = (
+                (_ADMIT, (*_made(run), *_progress(run, entry.revision), *fence))
+                if admitting
+                else (_UPDATE, (*_progress(run, entry.revision), *fence))
+            )
             owner = (self.leases.holder, run.epoch)
 
             def write(conn: Connection) -> bool:
-                if conn.execute(_UPDATE, row).rowcount == 0 and _owner(conn, run.run_id) != owner:
+                if conn.execute(statement, row).rowcount == 0 and _owner(conn, run.run_id) != owner:
                     return False  # taken over (or its conversation deleted): not this process's any more
                 then(conn)
                 return True
@@ -212,6 +233,31 @@ class RunJournal:
         task = asyncio.create_task(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+    # --- whose runs ------------------------------------------------------------------------
+
+    async def owner_of_run(self, account_id: str, conversation_id: str, run_id: str) -> tuple[str, str] | None:
+        """The process that owns the account's run, and Hermes's id of it ('' while Hermes makes it); None:
+        no such run under way."""
+        row = await self._db.run(
+            lambda c: c.execute(
+                "SELECT owner, hermes_run_id FROM active_runs WHERE run_id = ? AND conversation_id = ? "
+                "AND account_id = ?",
+                (run_id, conversation_id, account_id),
+            ).fetchone()
+        )
+        return None if row is None else (str(row[0]), str(row[1]))
+
+    async def owner_of_decision(self, account_id: str, decision_id: str) -> str | None:
+        """The process that owns the run whose pending decision this is (None: no such decision waits)."""
+        row = await self._db.run(
+            lambda c: c.execute(
+                "SELECT r.owner FROM run_decisions d JOIN active_runs r ON r.run_id = d.run_id "
+                "WHERE d.decision_id = ? AND r.account_id = ?",
+                (decision_id, account_id),
+            ).fetchone()
+        )
+        return None if row is None else str(row[0])
 
     # --- reading back ----------------------------------------------------------------------
 
@@ -248,12 +294,18 @@ INSERT INTO active_runs (run_id, account_id, conversation_id, hermes_run_id, gat
     stored_before, extras, judged_at, phase, cancel_requested, position, streamed, tools, revision, admitted_at,
     owner, epoch, lease_expires_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (run_id) DO NOTHING
 """
 
 # Where the run is now, where the row is still this owner's at this epoch, and not newer already.
 _UPDATE: Final = """
 UPDATE active_runs SET phase = ?, cancel_requested = ?, position = ?, streamed = ?, tools = ?, revision = ?
+WHERE run_id = ? AND owner = ? AND epoch = ? AND revision < ?
+"""
+
+# The same, with what was not known when the run was reserved: the run Hermes made and what it was sent.
+_ADMIT: Final = """
+UPDATE active_runs SET hermes_run_id = ?, user_text = ?, sent_text = ?, stored_before = ?, extras = ?, judged_at = ?,
+    phase = ?, cancel_requested = ?, position = ?, streamed = ?, tools = ?, revision = ?
 WHERE run_id = ? AND owner = ? AND epoch = ? AND revision < ?
 """
 
@@ -293,13 +345,10 @@ def _progress(run: ActiveRun, revision: int) -> tuple[object, ...]:
     return (run.phase.current, int(run.cancel_requested), run.position, run.view.streamed.raw, tools, revision)
 
 
-def _inserting(row: tuple[object, ...], then: Callable[[Connection], object]) -> Callable[[Connection], bool]:
-    def write(conn: Connection) -> bool:
-        conn.execute(_INSERT, row)
-        then(conn)
-        return True
-
-    return write
+def _made(run: ActiveRun) -> tuple[object, ...]:
+    """What is known of a run once Hermes made it."""
+    extras = msgspec.json.encode(run.extras).decode()
+    return (run.hermes_run_id, run.user_text, run.sent_text, run.stored_before, extras, run.judged_at)
 
 
 def _owner(conn: Connection, run_id: str) -> tuple[str, int] | None:

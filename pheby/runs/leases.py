@@ -125,6 +125,15 @@ class RunLeases:
 
         return await self._db.transaction(q)
 
+    async def abandon(self, run_id: str) -> None:
+        """Give up the run's row (no run of this process is behind it): anyone, this process too, may take it."""
+        await self._db.run(
+            lambda c: c.execute(
+                "UPDATE active_runs SET owner = '', lease_expires_at = 0 WHERE run_id = ? AND owner = ?",
+                (run_id, self.holder),
+            )
+        )
+
     async def release(self) -> None:
         """Let every run of this process be taken over at once (a graceful stop, after the journal has them)."""
         await self._db.run(

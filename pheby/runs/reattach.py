@@ -72,6 +72,10 @@ async def take_over(
             claimed.append(left.run_id)
     carried: list[ActiveRun] = []
     for record in await journal.load(claimed):
+        if not record.hermes_run_id:  # its process stopped while Hermes was making it: no run to follow
+            log.warning("run %s: its process stopped before Hermes named it; it can't be followed", record.run_id)
+            await journal.forget(record.run_id)
+            continue
         try:
             account = await accounts.get(record.account_id)
             conversation = await conversations.get(account.id, record.conversation_id)

@@ -1,0 +1,26 @@
+"""Carrying out here a command another process took for a run this one owns (`pheby.runs.forwarding`)."""
+
+from msgspec import UNSET, UnsetType
+
+from pheby.runs.engine import RunManager
+from pheby.runs.forwarding import AnswerApproval, AnswerClarify, CancelRun, RunCommand
+
+
+async def carry_out(runs: RunManager, command: RunCommand) -> None:
+    """Do it as if its client had asked here; raises what that raises. Never forwarded again: a run no longer
+    here is `not_found`."""
+    match command:
+        case CancelRun(account_id=account_id, conversation_id=conversation_id, run_id=run_id):
+            await runs.cancel(account_id, conversation_id, run_id, forwarded=True)
+        case AnswerApproval(account_id=account_id, approval_id=approval_id, choice=choice, request_id=request_id):
+            await runs.decision_desk.respond_approval(
+                account_id, approval_id, choice, _unset_if_none(request_id), forwarded=True
+            )
+        case AnswerClarify(account_id=account_id, clarify_id=clarify_id, response=response, request_id=request_id):
+            await runs.decision_desk.respond_clarify(
+                account_id, clarify_id, response, _unset_if_none(request_id), forwarded=True
+            )
+
+
+def _unset_if_none(request_id: str | None) -> str | UnsetType:
+    return UNSET if request_id is None else request_id

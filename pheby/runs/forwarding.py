@@ -1,0 +1,50 @@
+"""What a client may ask of a run that another process owns (stop it; answer its approval or its
+clarification), taken to that process (`RunOwners`) and done there just as if asked there
+(`pheby.runs.commands.carry_out`).
+"""
+
+from abc import ABC, abstractmethod
+
+import msgspec
+
+from pheby.errors import NotFound
+
+
+class CancelRun(msgspec.Struct, frozen=True, kw_only=True, tag="cancel"):
+    account_id: str
+    conversation_id: str
+    run_id: str
+
+
+class AnswerApproval(msgspec.Struct, frozen=True, kw_only=True, tag="approval"):
+    account_id: str
+    approval_id: str
+    choice: str
+    request_id: str | None
+
+
+class AnswerClarify(msgspec.Struct, frozen=True, kw_only=True, tag="clarify"):
+    account_id: str
+    clarify_id: str
+    response: str
+    request_id: str | None
+
+
+RunCommand = CancelRun | AnswerApproval | AnswerClarify
+
+
+class RunOwners(ABC):
+    """The processes that own runs, as one that doesn't reaches them."""
+
+    @abstractmethod
+    async def forward(self, owner: str, command: RunCommand) -> None:
+        """Have the process `owner` (a run lease's holder) carry the command out. Raises what it raised there
+        (a `PhebyError`), or `Unavailable` when it did not answer in time."""
+
+
+class NoOtherOwners(RunOwners):
+    """One process per database: a run that is not here is nobody's (any left by a stopped process was
+    taken over at start-up)."""
+
+    async def forward(self, owner: str, command: RunCommand) -> None:
+        raise NotFound("No such active run")

@@ -1,0 +1,132 @@
+"""A run's commands from any process: two servers on one PostgreSQL and Redis (in this process, each on its
+own thread and loop), the demo Hermes as a 0.22-era gateway in a process of its own. The run is started on
+one server; a client of the other stops it, answers its approval and its clarification, and steers it, as if
+it were there. An owner that does not answer (stalled) makes the command `Unavailable` (try again), never a hang."""
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from demo_hermes.agent import CLARIFY_CHOICES
+from demo_hermes.newer import STEER_ANSWER_PREFIX
+from pheby.run_owners import UNANSWERED
+from tests.demo_hermes_process import DemoHermesProcess
+from tests.live_server import LiveServer, free_port
+from tests.server_deployment import started_run
+from tests.ws_client import PhebyClient
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.live,
+    pytest.mark.parametrize("database_url", ["cluster"], indirect=True),
+    pytest.mark.xdist_group("run-forwarding"),
+]
+
+
+class TwoServers:
+    def __init__(self, owner: LiveServer, other: LiveServer, on_owner: PhebyClient, on_other: PhebyClient) -> None:
+        self.owner, self.other = owner, other
+        self.on_owner, self.on_other = on_owner, on_other
+
+
+@pytest.fixture
+async def servers(
+    make_settings: Callable[..., Any],
+    start_live_server: Callable[..., LiveServer],
+    make_demo_hermes_process: Callable[..., DemoHermesProcess],
+    database_url: str,
+) -> AsyncIterator[TwoServers]:
+    hermes = make_demo_hermes_process("--delta-delay", "0.01", "--replay")
+
+    def server() -> LiveServer:
+        return start_live_server(
+            make_settings(port=free_port(), hermes_url=hermes.base_url, hermes_api_key=hermes.api_key)
+        )
+
+    owner, other = server(), server()
+    on_owner = await PhebyClient.connect(owner.ws_url, owner.secret)
+    on_other = await PhebyClient.connect(other.ws_url, other.secret)
+    yield TwoServers(owner, other, on_owner, on_other)
+    for client in (on_owner, on_other):
+        await client.close()
+
+
+async def test_a_run_another_process_owns_is_stopped_from_here(servers: TwoServers) -> None:
+    conversation_id, run_id = await started_run(servers.on_owner, "/demo slow 400")
+    await servers.on_other.wait_for(lambda f: f.get("type") == "message.delta" and "tick 5 " in f["text"], 15)
+    assert servers.other.services.runs.active(conversation_id) is None  # the owner's, not this server's
+
+    await servers.on_other.send("run.cancel", conversation_id=conversation_id, run_id=run_id, request_id="stop-1")
+    for client in (servers.on_other, servers.on_owner):
+        finished = await client.arrived("run.finished", 15, run_id=run_id)
+        assert finished["status"] == "cancelled"
+    assert servers.on_other.seen("error") == []
+
+    unknown = await servers.on_other.request(
+        "run.cancel", "run.finished", conversation_id=conversation_id, run_id=run_id
+    )
+    assert unknown["error"]["code"] == "not_found", unknown
+
+
+async def test_an_approval_of_a_run_another_process_owns_is_answered_from_here_once(servers: TwoServers) -> None:
+    _, run_id = await started_run(servers.on_owner, "/demo approve")
+    request = await servers.on_other.arrived("approval.request", 15, run_id=run_id)
+
+    resolved = await servers.on_other.request(
+        "approval.respond", "approval.resolved", 15, approval_id=request["approval_id"], choice="once"
+    )
+    assert (resolved["type"], resolved["choice"]) == ("approval.resolved", "once"), resolved
+    assert (await servers.on_owner.arrived("approval.resolved", 15))["choice"] == "once"
+    finished = await servers.on_other.arrived("run.finished", 15, run_id=run_id)
+    assert finished["status"] == "completed"
+
+    again = await servers.on_other.request(
+        "approval.respond", "approval.resolved", approval_id=request["approval_id"], choice="deny"
+    )
+    assert again["error"]["code"] == "approval_not_found", again
+
+
+async def test_a_clarification_of_a_run_another_process_owns_is_answered_from_here(servers: TwoServers) -> None:
+    _, run_id = await started_run(servers.on_owner, "/demo clarify")
+    question = await servers.on_other.arrived("clarify.request", 15, run_id=run_id)
+
+    resolved = await servers.on_other.request(
+        "clarify.respond", "clarify.resolved", 15, clarify_id=question["clarify_id"], response=CLARIFY_CHOICES[1]
+    )
+    assert resolved["type"] == "clarify.resolved", resolved
+    complete = await servers.on_other.arrived("message.complete", 15, message_id=f"draft-{run_id}")
+    assert CLARIFY_CHOICES[1] in complete["text"]
+
+
+async def test_a_run_another_process_owns_is_steered_from_here(servers: TwoServers) -> None:
+    conversation_id, run_id = await started_run(servers.on_owner, "/demo steerable")
+    await servers.on_other.wait_for(lambda f: f.get("type") == "message.delta" and "tick 1 " in f["text"], 15)
+
+    steered = await servers.on_other.request(
+        "run.steer", "run.steered", 15, conversation_id=conversation_id, run_id=run_id, text="wrap up"
+    )
+    assert (steered["type"], steered["accepted"]) == ("run.steered", True), steered
+    complete = await servers.on_other.arrived("message.complete", 15, message_id=f"draft-{run_id}")
+    assert complete["text"].endswith(f"{STEER_ANSWER_PREFIX}wrap up")
+
+
+async def test_a_command_for_a_stalled_owner_is_unavailable_not_a_hang(servers: TwoServers) -> None:
+    conversation_id, run_id = await started_run(servers.on_owner, "/demo slow 600")
+    await servers.on_other.wait_for(lambda f: f.get("type") == "message.delta" and "tick 5 " in f["text"], 15)
+    loop = servers.owner.server.servers[0].get_loop()
+    loop.call_soon_threadsafe(time.sleep, 11.5)  # past the 10 s a command waits; within the owner's lease
+
+    began = time.monotonic()
+    await servers.on_other.send("run.cancel", conversation_id=conversation_id, run_id=run_id, request_id="stop-2")
+    refused = await servers.on_other.expect("error", 15, request_id="stop-2")
+    # `Unavailable`, which the protocol (no code of its own for it) says as internal_error, with what to do.
+    assert refused["error"] == {"code": "internal_error", "message": UNANSWERED}, refused
+    assert 9 < time.monotonic() - began < 12
+
+    await asyncio.sleep(1.0)  # the owner is back: the same command now works
+    await servers.on_other.send("run.cancel", conversation_id=conversation_id, run_id=run_id, request_id="stop-3")
+    finished = await servers.on_other.arrived("run.finished", 15, run_id=run_id)
+    assert finished["status"] == "cancelled"
