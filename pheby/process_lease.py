@@ -1,13 +1,13 @@
-"""Leases of a PostgreSQL database's `process_leases` rows: the one server process, the one scheduler.
+"""Leases of a PostgreSQL database's `process_leases` rows: the server processes, the one scheduler.
 
-The processes of one deployment don't share their runs yet (with Redis they share their accounts' events,
-`pheby.cluster`): each holds its runs' readers, so a client of a second `pheby serve` on the same database
-would see none of the first one's runs in a snapshot. Until they do, a database is served by one
-process, and the `process_leases` row `server` says which: its holder (host, pid and a random part) and
-an expiry the holder renews every `RENEW_SECONDS` (servers run side by side in one process, as tests do,
-share it). A second process is refused at start with one line naming the holder. A holder that stops
-releases the lease at once; one that died is replaced once its lease expires (`LEASE_SECONDS`), or at
-once by a process on the same host that finds its pid gone (a restart after kill -9).
+A process serves a database alone, or beside others when they share Redis (`PHEBY_REDIS_URL`): those
+share their accounts' events (`pheby.cluster`) and their runs (`pheby.runs.leases`, `pheby.run_owners`),
+and each holds a row `server:<holder>`; one without Redis holds the row `server` and must be alone. Each
+names its holder (host, pid and a random part) and an expiry the holder renews every `RENEW_SECONDS`
+(servers run side by side in one process, as tests do, share it). A process that can't join is refused at
+start with one line naming the holder in its way and what is missing. A holder that stops releases its lease
+at once; one that died is replaced once its lease expires (`LEASE_SECONDS`), or at once by a process on the
+same host that finds its pid gone (a restart after kill -9).
 
 The scheduler's single runner holds the row `scheduler` the same way (`ProcessLease`), one per server
 (two servers of one process don't share it): the others wait, and take it once it is released or
@@ -68,12 +68,17 @@ def holder_gone(holder: str) -> bool:
     return False
 
 
-def held_elsewhere(holder: str) -> str:
-    """What an operator is told when `holder` serves the database already."""
+def held_elsewhere(holder: str, *, shared: bool, theirs_shared: bool) -> str:
+    """What an operator is told when `holder` serves the database in a way this process can't join."""
     host, _, rest = holder.partition(":")
+    who = f"another server process (pid {rest.partition(':')[0]} on {host}) serves this database"
+    if theirs_shared:
+        return f"{who} with PHEBY_REDIS_URL: set the same PHEBY_REDIS_URL here to serve it beside it"
+    if shared:
+        return f"{who} without PHEBY_REDIS_URL: stop it, or give it the same PHEBY_REDIS_URL, first"
     return (
-        f"another server process (pid {rest.partition(':')[0]} on {host}) serves this database, and the processes "
-        "of one database can't share their runs yet: stop it first, or give this one a database of its own"
+        f"{who}: stop it first, or give both the same PHEBY_REDIS_URL to serve it together "
+        "(or give this one a database of its own)"
     )
 
 
@@ -148,22 +153,58 @@ class ProcessLease:
 
 
 class ServerLease(ProcessLease):
-    """The `server` lease: this process serves the database."""
+    """This process serves the database: alone (the row `server`), or `shared` with the processes that have
+    the same Redis (each its row `server:<holder>`)."""
 
-    def __init__(self, db: Database, *, clock: Callable[[], float] = time.time, holder: str | None = None) -> None:
-        super().__init__(db, SERVER, clock=clock, holder=holder)
+    def __init__(
+        self,
+        db: Database,
+        *,
+        shared: bool = False,
+        clock: Callable[[], float] = time.time,
+        holder: str | None = None,
+    ) -> None:
+        holder = holder or own_holder()
+        super().__init__(db, f"{SERVER}:{holder}" if shared else SERVER, clock=clock, holder=holder)
+        self.shared = shared
+
+    def _in_the_way(self, conn: Connection, now: float) -> str | None:
+        """What the operator is told about a live holder this process can't serve beside, if there is one."""
+        rows = conn.execute(
+            "SELECT name, holder, expires_at FROM process_leases WHERE name = ? OR name LIKE ?",
+            (SERVER, f"{SERVER}:%"),
+        ).fetchall()
+        for name, holder, expires_at in rows:
+            if holder == self.holder or expires_at <= now or holder_gone(holder):
+                continue
+            theirs_shared = name != SERVER
+            if not (self.shared and theirs_shared):
+                return held_elsewhere(holder, shared=self.shared, theirs_shared=theirs_shared)
+        return None
 
     async def holder_elsewhere(self) -> str | None:
-        """What the operator is told about the live holder other than this process, if there is one."""
+        """What the operator is told about a live holder this process can't serve beside, if there is one."""
         now = self._clock()
-        other = await self._db.run(lambda c: self._other_holder(c, now))
-        return None if other is None else held_elsewhere(other)
+        return await self._db.run(lambda c: self._in_the_way(c, now))
 
     async def take(self) -> None:
-        """Hold the lease from now on. Raises `LeaseHeld` while another live process holds it."""
-        other = await self.try_take()
+        """Hold the lease from now on. Raises `LeaseHeld` while a live process this one can't serve beside
+        holds one."""
+        now = self._clock()
+
+        def q(conn: Connection) -> str | None:
+            if (other := self._in_the_way(conn, now)) is not None:
+                return other
+            conn.execute(
+                "INSERT INTO process_leases (name, holder, expires_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at",
+                (self.name, self.holder, now + self.seconds),
+            )
+            return None
+
+        other = await self._db.transaction(q)
         if other is not None:
-            raise LeaseHeld(held_elsewhere(other))
+            raise LeaseHeld(other)
 
     async def hold(self) -> None:
         """Renew every `RENEW_SECONDS` until cancelled; a failed renewal is logged and tried again."""

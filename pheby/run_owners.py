@@ -18,7 +18,7 @@ import msgspec
 
 from pheby.errors import PhebyError, RateLimited, Unavailable, error_of
 from pheby.events import Bell, BellUnavailable, Letter
-from pheby.runs.forwarding import RunCommand, RunOwners
+from pheby.runs.forwarding import RemoteSnapshot, RunCommand, RunOwners
 
 log = logging.getLogger("pheby.runs")
 
@@ -38,6 +38,7 @@ class Reply(msgspec.Struct, frozen=True, kw_only=True, tag="reply"):
     id: str
     code: str | None = None  # the error's, None when it was done
     message: str = ""
+    snapshot: RemoteSnapshot | None = None  # a snapshot's answer
 
 
 _decode = msgspec.json.Decoder(Request | Reply).decode
@@ -51,7 +52,7 @@ class BellRunOwners(RunOwners):
         self,
         bell: Bell,
         address: str,
-        carry_out: Callable[[RunCommand], Awaitable[None]],
+        carry_out: Callable[[RunCommand], Awaitable[RemoteSnapshot | None]],
         *,
         answer_seconds: float = ANSWER_SECONDS,
     ) -> None:
@@ -70,11 +71,12 @@ class BellRunOwners(RunOwners):
             task.cancel()
         await asyncio.gather(*self._carrying, return_exceptions=True)
 
-    async def forward(self, owner: str, command: RunCommand) -> None:
+    async def forward(self, owner: str, command: RunCommand) -> RemoteSnapshot | None:
         if len(self._pending) >= PENDING_MAX:
             raise Unavailable(UNANSWERED)
         request = Request(id=secrets.token_hex(8), reply_to=self.address, command=command)
-        answered = self._pending[request.id] = asyncio.get_running_loop().create_future()
+        answered: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        self._pending[request.id] = answered
         try:
             await self._bell.publish_many([Letter(owner, _encode(request))])
             async with asyncio.timeout(self._answer_seconds):
@@ -85,6 +87,7 @@ class BellRunOwners(RunOwners):
             self._pending.pop(request.id, None)
         if reply.code is not None:
             raise error_of(reply.code, reply.message)
+        return reply.snapshot
 
     def on_letter(self, letter: Letter) -> None:
         try:
@@ -107,8 +110,7 @@ class BellRunOwners(RunOwners):
 
     async def _carry(self, request: Request) -> None:
         try:
-            await self._carry_out(request.command)
-            reply = Reply(id=request.id)
+            reply = Reply(id=request.id, snapshot=await self._carry_out(request.command))
         except PhebyError as exc:
             reply = Reply(id=request.id, code=exc.code, message=exc.message)
         except Exception:

@@ -115,7 +115,7 @@ class Services:
             else BellRunOwners(
                 self.event_log.bell,
                 self.run_journal.leases.holder,
-                lambda command: carry_out(self.runs, command),
+                lambda command: carry_out(self.runs, self.hub, command),
             )
         )
         self.runs = RunManager(
@@ -225,8 +225,9 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
         await db.open()
         stack.push_async_callback(db.close)
         if db.engine == "postgresql":
-            lease = ServerLease(db)
-            await lease.take()  # LeaseHeld: another process serves this database
+            # Alone, or beside the processes of the same Redis; LeaseHeld: another process is in the way.
+            lease = ServerLease(db, shared=bool(settings.redis_url))
+            await lease.take()
             stack.push_async_callback(lease.release)
         accounts = Accounts(db)
         owner = await accounts.ensure_owner()

@@ -58,11 +58,11 @@ def check_hermes_configured(settings: Settings) -> None:
 
 
 async def check_database(settings: Settings) -> None:
-    """PostgreSQL answers, is migrated, and no other live `pheby serve` holds it."""
+    """PostgreSQL answers, is migrated, and no live `pheby serve` this one can't serve beside holds it."""
     db = settings.open_database()
     try:
         await db.open()
-        other = await ServerLease(db).holder_elsewhere()
+        other = await ServerLease(db, shared=bool(settings.redis_url)).holder_elsewhere()
     except DatabaseUnavailable:
         raise StartupRefused(
             "PHEBY_DATABASE_URL: PostgreSQL is not reachable (is it running? is the URL right?)"
@@ -71,7 +71,7 @@ async def check_database(settings: Settings) -> None:
         await db.close()
     if other is not None:
         raise StartupRefused(f"PHEBY_DATABASE_URL: {other}")
-    log.info("PostgreSQL is reachable and served by no other process")
+    log.info("PostgreSQL is reachable and served by no process in this one's way")
 
 
 def check_data_dir(data_dir: Path) -> None:

@@ -15,8 +15,10 @@ from demo_hermes.newer import STEER_ANSWER_PREFIX
 from pheby.run_owners import UNANSWERED
 from tests.demo_hermes_process import DemoHermesProcess
 from tests.live_server import LiveServer, free_port
-from tests.server_deployment import started_run
+from tests.server_deployment import opened, started_run, texts
 from tests.ws_client import PhebyClient
+
+SLOW_ANSWER = "".join(f"tick {i} " for i in range(400)).strip()
 
 pytestmark = [
     pytest.mark.anyio,
@@ -130,3 +132,65 @@ async def test_a_command_for_a_stalled_owner_is_unavailable_not_a_hang(servers: 
     await servers.on_other.send("run.cancel", conversation_id=conversation_id, run_id=run_id, request_id="stop-3")
     finished = await servers.on_other.arrived("run.finished", 15, run_id=run_id)
     assert finished["status"] == "cancelled"
+
+
+async def test_a_run_another_process_owns_shows_in_a_snapshot_here(servers: TwoServers) -> None:
+    conversation_id, run_id = await started_run(servers.on_owner, "/demo slow 400")
+    await servers.on_other.wait_for(lambda f: f.get("type") == "message.delta" and "tick 5 " in f["text"], 15)
+
+    snapshot = await opened(servers.on_other, conversation_id)
+    run = snapshot["run"]
+    assert run is not None, snapshot
+    assert (run["run_id"], run["status"], run["message_id"]) == (run_id, "running", f"draft-{run_id}")
+    assert SLOW_ANSWER.startswith(run["text"])
+    assert "tick 5 " in run["text"]
+    await servers.on_other.arrived("run.finished", 30, run_id=run_id)
+    after = texts(servers.on_other, run_id, after=snapshot)
+    assert after, "no text after the snapshot"
+    assert all(SLOW_ANSWER.startswith(text) for text in after)
+    assert len(after[0]) >= len(run["text"])  # the text goes on from the snapshot's, never back
+
+
+async def test_a_snapshot_here_shows_the_pending_approval_of_a_run_another_process_owns(servers: TwoServers) -> None:
+    conversation_id, run_id = await started_run(servers.on_owner, "/demo approve")
+    request = await servers.on_other.arrived("approval.request", 15, run_id=run_id)
+
+    snapshot = await opened(servers.on_other, conversation_id)
+    assert snapshot["run"]["run_id"] == run_id
+    assert snapshot["run"]["status"] == "waiting_for_approval"
+    assert [a["approval_id"] for a in snapshot["approvals"]] == [request["approval_id"]]
+    await servers.on_other.request(
+        "approval.respond", "approval.resolved", 15, approval_id=request["approval_id"], choice="deny"
+    )
+    await servers.on_other.arrived("run.finished", 15, run_id=run_id)
+    reopened = await opened(servers.on_other, conversation_id)
+    assert (reopened["run"], reopened["approvals"]) == (None, [])
+
+
+async def test_deleting_here_a_conversation_whose_run_another_process_owns_stops_that_run(servers: TwoServers) -> None:
+    conversation_id, run_id = await started_run(servers.on_owner, "/demo slow 400")
+    await servers.on_other.wait_for(lambda f: f.get("type") == "message.delta" and "tick 5 " in f["text"], 15)
+
+    deleted = await servers.on_other.request(
+        "conversation.delete", "conversation.deleted", 20, conversation_id=conversation_id
+    )
+    assert deleted["type"] == "conversation.deleted", deleted
+    finished = await servers.on_owner.arrived("run.finished", 15, run_id=run_id)
+    assert finished["status"] == "cancelled"  # stopped in Hermes by its owner, not left running unseen
+    assert servers.owner.services.runs.active(conversation_id) is None
+
+
+async def test_a_snapshot_here_right_after_a_run_another_process_owned_ended_holds_its_answer(
+    servers: TwoServers,
+) -> None:
+    conversation_id, first = await started_run(servers.on_owner, "hello 0")
+    await servers.on_other.arrived("run.finished", 15, run_id=first)
+    await opened(servers.on_other, conversation_id)  # the history is read here once: later reads are pages of it
+    for attempt in range(1, 6):  # a few turns: the open comes at once after each end
+        accepted = await servers.on_owner.request(
+            "chat.send", "run.accepted", 15, conversation_id=conversation_id, text=f"hello {attempt}"
+        )
+        await servers.on_other.arrived("run.finished", 15, run_id=accepted["run_id"])
+        snapshot = await opened(servers.on_other, conversation_id)
+        shown = [m["text"] for m in snapshot["messages"]][-2:]
+        assert shown == [f"hello {attempt}", f"You said: hello {attempt}"], snapshot["messages"]

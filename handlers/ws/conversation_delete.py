@@ -46,12 +46,15 @@ async def handle(ctx: WsContext, msg: ConversationDelete) -> None:
 
 
 async def _cancel_active_run(services: Services, account_id: str, conversation_id: str) -> bool:
-    """Cancel the conversation's run, if any (True then), best effort."""
+    """Cancel the conversation's run, if any (True then), best effort; one another process owns, there."""
     run = services.runs.active(conversation_id)
-    if run is None:
+    run_id = None if run is None else run.run_id
+    if run is None and (elsewhere := await services.runs.owner_elsewhere(account_id, conversation_id)):
+        run_id = elsewhere[1]
+    if run_id is None:
         return False
     try:
-        await services.runs.cancel(account_id, conversation_id, run.run_id)
+        await services.runs.cancel(account_id, conversation_id, run_id)
     except Exception as exc:  # noqa: BLE001 - best effort: the delete goes ahead regardless
-        log.warning("deleting conversation %s: its run %s was not cancelled: %s", conversation_id, run.run_id, exc)
+        log.warning("deleting conversation %s: its run %s was not cancelled: %s", conversation_id, run_id, exc)
     return True

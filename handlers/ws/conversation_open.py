@@ -4,7 +4,9 @@ The client replaces its state with the snapshot, then applies the live events af
 snapshot must hold everything broadcast before it and nothing that is broadcast after it:
 
 - the run state is read and the reply queued in one step (no await between), so every run event
-  reaches the client either reflected in the snapshot or after it, never just before it;
+  reaches the client either reflected in the snapshot or after it, never just before it; a run another
+  process owns is asked of it, as of the last of its events delivered here
+  (`pheby.runs.snapshots_elsewhere`);
 - the stored part (history, attachments) is read once, inside `runs.reading`, and the engine
   merges into it every finished turn the read may have missed (`runs.with_finished_turns`) in that
   same step, so a turn whose `run.finished` went out before the reply is in it, whatever the
@@ -34,6 +36,7 @@ from pheby.errors import BadRequest
 from pheby.hermes.failures import hermes_failure
 from pheby.hermes.history import HISTORY_LIMIT_DEFAULT, HISTORY_LIMIT_MAX, page, page_after, page_around
 from pheby.protocol.frames import ConversationHistory
+from pheby.runs.snapshots_elsewhere import settled_with_snapshot_elsewhere
 from pheby.store.attachments import pheby_descriptor
 
 HISTORY_UNAVAILABLE = "Hermes is unavailable; history can't be loaded right now"
@@ -68,7 +71,9 @@ async def handle(ctx: WsContext, msg: ConversationOpen) -> None:
         except hc.HermesError as exc:  # any failure reading it: history can't be loaded now
             raise hermes_failure(exc, failed=HISTORY_UNAVAILABLE, unavailable=HISTORY_UNAVAILABLE) from None
         attachments = await services.attachments.for_conversation(ctx.account.id, conversation.id)
-        await services.hub.settled(ctx.account.id)  # the last await: what was broadcast is out, what follows isn't
+        # The last await: what was broadcast is out, what follows isn't (and a run another process owns, as it
+        # stood at the last of its events delivered here).
+        elsewhere = await settled_with_snapshot_elsewhere(runs, services.hub, ctx.account.id, conversation.id)
         # From here to the reply, no await: no broadcast can come between the run state and the snapshot.
         shown = runs.with_finished_turns(conversation.id, shown)
     has_newer: bool | UnsetType = UNSET
@@ -79,6 +84,9 @@ async def handle(ctx: WsContext, msg: ConversationOpen) -> None:
     else:
         messages, has_more = page(shown, limit, msg.before_message_id)
     run, tools, approvals, clarifications = runs.snapshot(conversation.id)
+    if run is None and elsewhere is not None:
+        run, tools, approvals = elsewhere.run, elsewhere.tools, elsewhere.approvals
+        clarifications = elsewhere.clarifications
     if run is not None:
         ctx.connection.forget_draft(run.message_id)  # the snapshot replaces the client's draft: next, the whole text
     ctx.reply(

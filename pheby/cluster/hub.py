@@ -52,6 +52,8 @@ APPEND_BATCH_MAX: Final = 64  # logged events appended in one transaction at mos
 # Per account, deltas waiting behind an event being appended; past either bound they are skipped.
 WAITING_DELTAS_MAX: Final = 1024
 WAITING_DELTA_BYTES: Final = 8 * 1024 * 1024
+SETTLE_TRIES: Final = 3  # reads of the log's head until none of this process's appends overtook it
+RECENT_EVENTS: Final = 256  # per account, the seqs delivered last remembered with their conversations
 MESSAGES_MAX: Final = 10_000  # streaming and ended messages remembered (a late delta of an ended one is dropped)
 
 
@@ -86,6 +88,8 @@ class ClusterHub(CoalescingHub):
         self._subscriptions: dict[str, asyncio.Task[None]] = {}  # by account with a socket here
         self._unsubscribing: set[asyncio.Task[None]] = set()
         self._known: dict[str, int] = {}  # by account: the newest seq appended or delivered here
+        # By account: the seqs delivered here last, with their conversations (`delivered_after`).
+        self._recent: dict[str, deque[tuple[int, str | None]]] = {}
         self._streaming: OrderedDict[str, str] = OrderedDict()  # message id → its conversation, while it streams
         self._ended: OrderedDict[str, None] = OrderedDict()  # messages whose text is final
         # (account, conversation) → its events waiting in `_waiting`: a delta of a conversation with none
@@ -152,6 +156,7 @@ class ClusterHub(CoalescingHub):
         await self.feed.unsubscribe(account_id)
         if account_id not in self._subscriptions:
             self._known.pop(account_id, None)
+            self._recent.pop(account_id, None)
 
     # --- broadcasting ------------------------------------------------------------------------------
 
@@ -268,6 +273,31 @@ class ClusterHub(CoalescingHub):
     def _now_known(self, account_id: str, seq: int) -> None:
         self._known[account_id] = max(self._known.get(account_id, 0), seq)
 
+    # --- snapshots taken on one process of runs another owns ----------------------------------------
+
+    async def settled_position(self, account_id: str) -> int:
+        for _ in range(SETTLE_TRIES):
+            await self.settled(account_id)
+            head = (await self.event_log.heads([account_id]))[account_id]
+            await self.settled(account_id)
+            if self._known.get(account_id, 0) <= head:  # nothing of this process's was appended past it meanwhile
+                return head
+        return self._known.get(account_id, 0)  # busy: the newest known; the snapshot's reader checks again
+
+    async def reached(self, account_id: str, position: int) -> bool:
+        if (self.feed.position(account_id) or 0) < position:
+            await self.feed.catch_up(account_id)
+        return (self.feed.position(account_id) or 0) >= position
+
+    def delivered_after(self, account_id: str, position: int, conversation_id: str) -> bool:
+        recent = self._recent.get(account_id)
+        delivered = self.feed.position(account_id) or 0
+        if delivered <= position:
+            return False
+        if not recent or recent[0][0] > position + 1:
+            return True  # what came after it is no longer remembered here
+        return any(seq > position and conversation == conversation_id for seq, conversation in recent)
+
     # --- what the feed delivers --------------------------------------------------------------------
 
     async def _on_logged(self, logged: LoggedEvent) -> None:
@@ -277,6 +307,10 @@ class ClusterHub(CoalescingHub):
             log.warning("event log: an event of kind %r could not be read; skipped", logged.kind)
             return
         self._now_known(logged.account_id, logged.seq)
+        recent = self._recent.get(logged.account_id)
+        if recent is None:
+            recent = self._recent[logged.account_id] = deque(maxlen=RECENT_EVENTS)
+        recent.append((logged.seq, getattr(event, "conversation_id", None)))
         if origin == self.origin and early:
             return  # from the backlog: delivered here when it was broadcast
         self._deliver(logged.account_id, event, told=origin == self.origin)

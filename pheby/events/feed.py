@@ -136,6 +136,10 @@ class Feed:
         await self._catch_up(event.account_id, "own")
         return True
 
+    async def catch_up(self, account_id: str) -> None:
+        """Deliver the account's events the log has now (a snapshot taken elsewhere awaits them)."""
+        await self._catch_up(account_id, "snapshot")
+
     async def unsubscribe(self, account_id: str) -> None:
         """Deliver no more of the account's events."""
         self._positions.pop(account_id, None)  # a catch-up under way stops before its next event

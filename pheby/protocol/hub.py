@@ -283,6 +283,22 @@ class Hub:
         """Return once nothing the account broadcast is still on its way to its connections (at once here:
         a broadcast is queued before it returns). Awaited right before a snapshot is read."""
 
+    async def settled_position(self, account_id: str) -> int:
+        """After `settled`: a position in the account's event log that every event broadcast here so far has
+        reached, read with nothing broadcast here since (0: one process, no log). A snapshot taken right
+        after it, with no await, holds exactly this process's events up to it."""
+        await self.settled(account_id)
+        return 0
+
+    async def reached(self, account_id: str, position: int) -> bool:
+        """Deliver the account's logged events up to `position` to its connections here; whether they are."""
+        return True
+
+    def delivered_after(self, account_id: str, position: int, conversation_id: str) -> bool:
+        """Whether an event of the conversation reached the account's connections here after `position` (or
+        whether that can't be told)."""
+        return False
+
     def listen(self, listener: Listener) -> None:
         """Have `listener(account_id, event)` see every event broadcast (connected clients or not), after
         it is queued; it must not block (`pheby.push` queues its notices)."""

@@ -164,6 +164,16 @@ class RunManager:
         clarifications = [r for r in run.decisions.requests("clarify") if isinstance(r, ev.ClarifyRequest)]
         return run.snapshot(), list(run.tools.values()), approvals, clarifications
 
+    @property
+    def owners(self) -> RunOwners:
+        """The other processes, as this one reaches the runs they own."""
+        return self._owners
+
+    async def owner_elsewhere(self, account_id: str, conversation_id: str) -> tuple[str, str] | None:
+        """The process that owns the conversation's run, when that is not this one, and the run's id."""
+        owned = await self._journal.owner_of_conversation(account_id, conversation_id)
+        return owned if owned is not None and owned[0] != self._leases.holder else None
+
     def transitions(self, conversation_id: str) -> int:
         """How often a run of the conversation was accepted or finished."""
         return self._transitions[conversation_id]

@@ -248,6 +248,17 @@ class RunJournal:
         )
         return None if row is None else (str(row[0]), str(row[1]))
 
+    async def owner_of_conversation(self, account_id: str, conversation_id: str) -> tuple[str, str] | None:
+        """The process that owns the account's run in the conversation, and the run's id (None: no run under
+        way there)."""
+        row = await self._db.run(
+            lambda c: c.execute(
+                "SELECT owner, run_id FROM active_runs WHERE conversation_id = ? AND account_id = ?",
+                (conversation_id, account_id),
+            ).fetchone()
+        )
+        return None if row is None else (str(row[0]), str(row[1]))
+
     async def owner_of_decision(self, account_id: str, decision_id: str) -> str | None:
         """The process that owns the run whose pending decision this is (None: no such decision waits)."""
         row = await self._db.run(

@@ -1,0 +1,143 @@
+"""Three `pheby serve` processes on one PostgreSQL and one Redis (each started by the tests), the demo Hermes
+in a process of its own as a 0.22-era gateway, clients of one account on every process.
+
+They serve the database together: a run started on one shows on the others (its events, its snapshot),
+is stopped from another, and outlives its process's kill -9 (another takes it over within its lease and ends
+it once with the agent's whole answer). A process without Redis can't join them, and says so in one line.
+"""
+
+import asyncio
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from tests.crash_safety import REPO_ROOT, SECRET, ServerProcess
+from tests.demo_hermes_process import DemoHermesProcess
+from tests.live_server import free_port
+from tests.redis_server import RedisTarget
+from tests.server_deployment import opened, started_run, texts
+from tests.ws_client import PhebyClient
+
+pytestmark = [pytest.mark.anyio, pytest.mark.live, pytest.mark.xdist_group("cluster-processes")]
+
+LEASE_SECONDS = 3
+TICKS = 300  # 15 s of text: still streaming after a kill and a takeover
+ANSWER = "".join(f"tick {i} " for i in range(TICKS)).strip()
+
+
+class Cluster:
+    def __init__(self, tmp_path: Path, env: dict[str, str]) -> None:
+        self.tmp_path = tmp_path
+        self.env = env
+        self.servers: list[ServerProcess] = []
+        self.clients: list[PhebyClient] = []
+
+    async def start(self) -> ServerProcess:
+        index = len(self.servers) + 1
+        # One data dir for all (its blobs are the deployment's shared directory).
+        server = ServerProcess(self.tmp_path / "data", free_port(), self.tmp_path / f"server-{index}.log", self.env)
+        self.servers.append(server)
+        await server.wait_up()
+        return server
+
+    async def client(self, server: ServerProcess) -> PhebyClient:
+        client = await PhebyClient.connect(server.ws_url, SECRET)
+        self.clients.append(client)
+        return client
+
+
+@pytest.fixture
+async def cluster(
+    tmp_path: Path,
+    migrated_postgres_url: str,
+    redis_url: RedisTarget,
+    make_demo_hermes_process: Callable[..., DemoHermesProcess],
+) -> AsyncIterator[Cluster]:
+    hermes = make_demo_hermes_process("--delta-delay", "0.01", "--replay")
+    env = {
+        "HERMES_URL": hermes.base_url,
+        "HERMES_API_KEY": hermes.api_key,
+        "PHEBY_DATABASE_URL": migrated_postgres_url,
+        "PHEBY_REDIS_URL": redis_url.url,
+        "PHEBY_REDIS_PREFIX": redis_url.prefix,
+        "PHEBY_RUN_LEASE_SECONDS": str(LEASE_SECONDS),
+    }
+    made = Cluster(tmp_path, env)
+    try:
+        yield made
+    finally:
+        for client in made.clients:
+            await client.close()
+        for server in made.servers:
+            server.stop()
+
+
+async def test_three_processes_share_a_run_its_commands_and_its_owners_death(cluster: Cluster) -> None:
+    first, second, third = [await cluster.start() for _ in range(3)]
+    on_first, on_second, on_third = [await cluster.client(server) for server in (first, second, third)]
+
+    # A run started on the first: its text reaches every process's client, a snapshot on the third shows it.
+    conversation_id, run_id = await started_run(on_first, f"/demo slow {TICKS}")
+    for client in (on_second, on_third):
+        await client.wait_for(lambda f: f.get("type") == "message.delta" and "tick 5 " in f["text"], 15)
+    snapshot = await opened(on_third, conversation_id)
+    assert snapshot["run"] is not None, snapshot
+    assert snapshot["run"]["run_id"] == run_id
+
+    # Its owner is killed: another process takes the run over within the lease (and a poll), the text goes on.
+    first.process.send_signal(signal.SIGKILL)
+    killed_at = time.monotonic()
+    latest = texts(on_second, run_id)[-1]
+    await on_second.wait_for(
+        lambda f: f.get("type") == "message.delta" and len(f["text"]) > len(latest), LEASE_SECONDS + 2 + 5
+    )
+    taken_over_within = time.monotonic() - killed_at
+    assert taken_over_within < LEASE_SECONDS + 2 + 2, taken_over_within
+    for client in (on_second, on_third):
+        finished = await client.arrived("run.finished", 40, run_id=run_id)
+        assert finished["status"] == "completed"
+        assert len(client.seen("run.finished", run_id=run_id)) == 1
+        assert [f["text"] for f in client.seen("message.complete", message_id=f"draft-{run_id}")] == [ANSWER]
+
+    # A run started on the second is stopped from the third.
+    accepted = await on_second.request(
+        "chat.send", "run.accepted", 15, conversation_id=conversation_id, text="/demo slow 400"
+    )
+    await on_third.wait_for(lambda f: f.get("type") == "message.delta" and "tick 3 " in f["text"], 15)
+    await on_third.send("run.cancel", conversation_id=conversation_id, run_id=accepted["run_id"], request_id="stop")
+    for client in (on_second, on_third):
+        assert (await client.arrived("run.finished", 15, run_id=accepted["run_id"]))["status"] == "cancelled"
+    assert on_third.seen("error") == []
+
+
+async def test_a_process_without_redis_cant_join_processes_with_it(cluster: Cluster) -> None:
+    await cluster.start()
+    alone = {key: value for key, value in cluster.env.items() if key not in ("PHEBY_REDIS_URL", "PHEBY_REDIS_PREFIX")}
+    refused = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pheby_main",
+            "serve",
+            "--port",
+            str(free_port()),
+            "--data-dir",
+            str(cluster.tmp_path / "x"),
+        ],
+        cwd=REPO_ROOT,
+        env={"PATH": "/usr/bin:/bin", "PHEBY_SECRET": SECRET, **alone},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert refused.returncode == 2, refused.stderr
+    last = refused.stderr.strip().splitlines()[-1]
+    assert last.startswith("pheby serve: PHEBY_DATABASE_URL: another server process"), refused.stderr
+    assert "with PHEBY_REDIS_URL: set the same PHEBY_REDIS_URL here" in last
+    await asyncio.sleep(0)
