@@ -117,6 +117,22 @@ async def _slow(turn: Turn) -> None:
     await turn.say("".join(ticks), chunks=ticks, delay=SLOW_DELAY)
 
 
+async def _busy(turn: Turn) -> None:
+    """`/demo busy [count]`: as `/demo slow`, with a web search before every 20th tick (from the 10th on)."""
+    words = turn.text.split()
+    count = int(words[2]) if len(words) > 2 and words[2].isdigit() else SLOW_DELTAS
+    ticks: list[str] = []
+    for index in range(min(max(count, 1), 10_000)):
+        if index % 20 == 10:
+            async with turn.tool("web_search", {"query": f"tick {index}"}, preview=f"tick {index}") as call:
+                await turn.pause(TOOL_SECONDS)
+                call.result = json.dumps({"results": []})
+        ticks.append(f"tick {index} ")
+        turn.emit_event("message.delta", {"delta": ticks[-1]})
+        await turn.pause(SLOW_DELAY)
+    await turn.say("".join(ticks), chunks=[""])
+
+
 async def _chunks(turn: Turn) -> None:
     """`/demo chunks <a>|<b>|...`: each piece streamed verbatim as one delta (``\\n`` is a newline), 50 ms
     apart; the answer is their text. A ``<hold>`` piece streams nothing: the stream waits there for a
@@ -168,6 +184,7 @@ _DIRECTIVES: Final[dict[str, Callable[[Turn], Awaitable[None]]]] = {
     "document": _document,
     "files": _files,
     "slow": _slow,
+    "busy": _busy,
     "chunks": _chunks,
     "say": _say,
     "fail": _fail,

@@ -9,6 +9,7 @@ run go without a word: no second end, nothing of it in the account's log twice.
 """
 
 import asyncio
+import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -95,6 +96,59 @@ async def test_a_stalled_owners_run_is_taken_over_and_ends_once_with_the_whole_a
         again = await on_owner.request("chat.send", "run.accepted", conversation_id=conversation_id, text="hello again")
         assert again["type"] == "run.accepted", again
         await on_other.expect("run.finished", 20, run_id=again["run_id"])
+    finally:
+        for client in (on_owner, on_other):
+            await client.close()
+
+
+async def test_a_taken_over_runs_logged_events_are_in_the_log_once_each(
+    make_settings: Callable[..., Any],
+    start_live_server: Callable[..., LiveServer],
+    make_demo_hermes_process: Callable[..., DemoHermesProcess],
+    database_url: str,
+) -> None:
+    """Each logged event of a run carries the journal's place in Hermes's stream in its own append, and a
+    stalled ex-owner's appends are refused once its run was taken over: whenever the stall comes, the new
+    owner reads on after the last event logged, and no tool call is in the log (or told a client) twice."""
+    hermes = make_demo_hermes_process("--delta-delay", "0.01", "--replay")
+
+    def server() -> LiveServer:
+        settings = make_settings(
+            port=free_port(), hermes_url=hermes.base_url, hermes_api_key=hermes.api_key, run_lease_seconds=3
+        )
+        return start_live_server(settings)
+
+    owner, other = server(), server()
+    on_owner = await PhebyClient.connect(owner.ws_url, owner.secret)
+    on_other = await PhebyClient.connect(other.ws_url, other.secret)
+    try:
+        _, run_id = await started_run(on_owner, "/demo busy 300")
+        # As its second tool call starts (a checkpoint of the journal is a second or two old by then): the
+        # stall comes mid-stream, right after a logged event.
+        started: set[str] = set()
+
+        def second_call_started(frame: dict[str, Any]) -> bool:
+            if frame.get("type") == "tool.event" and frame.get("status") == "running":
+                started.add(frame["tool_call_id"])
+            return len(started) == 2
+
+        await on_owner.wait_for(second_call_started, 20)
+        stall(owner, STALL_SECONDS)
+        finished = await on_other.arrived("run.finished", 60, run_id=run_id)
+        assert finished["status"] == "completed"
+        await on_owner.arrived("run.finished", 20, run_id=run_id)
+        await asyncio.sleep(1.0)
+
+        rows = query(owner.settings, "SELECT kind, payload FROM account_events ORDER BY seq")
+        tool_events = [json.loads(payload)["event"] for kind, payload in rows if kind == "tool.event"]
+        states = [(event["tool_call_id"], event["status"]) for event in tool_events]
+        assert len(states) == len(set(states)), states  # each call's start and end logged once
+        assert len({call for call, _ in states}) == 15  # a call before every 20th tick from the 10th on
+        assert {status for _, status in states} == {"running", "completed"}
+        for client in (on_owner, on_other):
+            told = [(f["tool_call_id"], f["status"]) for f in client.seen("tool.event", run_id=run_id)]
+            assert len(told) == len(set(told)), told
+            assert len(client.seen("run.finished", run_id=run_id)) == 1
     finally:
         for client in (on_owner, on_other):
             await client.close()

@@ -32,12 +32,13 @@ from pheby import metrics
 from pheby.cluster.backlog import Backlog
 from pheby.cluster.outbox import BellOutbox
 from pheby.cluster.wire import decode_live, decode_logged, logged_payload
+from pheby.db import Connection as DbConnection
 from pheby.errors import DatabaseError, DatabaseUnavailable
+from pheby.events import Appender, EventLog, Feed, Live
 from pheby.events import Event as LoggedEvent
-from pheby.events import EventLog, Feed, Live
 from pheby.protocol.coalesce import CoalescingHub
 from pheby.protocol.frames import Event, MessageComplete, MessageDelta, RunFinished
-from pheby.protocol.hub import Connection, Listener, utf8_size
+from pheby.protocol.hub import Connection, Listener, Stamp, Stamper, utf8_size
 
 __all__ = ["ClusterHub"]
 
@@ -88,6 +89,9 @@ class ClusterHub(CoalescingHub):
         self._subscriptions: dict[str, asyncio.Task[None]] = {}  # by account with a socket here
         self._unsubscribing: set[asyncio.Task[None]] = set()
         self._known: dict[str, int] = {}  # by account: the newest seq appended or delivered here
+        # The stamps of the logged events waiting in `_waiting` (by the event's id while it waits there).
+        self._stamps: dict[int, Stamp] = {}
+        self._stamper: Stamper = lambda account_id, event: None
         # By account: the seqs delivered here last, with their conversations (`delivered_after`).
         self._recent: dict[str, deque[tuple[int, str | None]]] = {}
         self._streaming: OrderedDict[str, str] = OrderedDict()  # message id → its conversation, while it streams
@@ -182,8 +186,13 @@ class ClusterHub(CoalescingHub):
             if len(waiting) >= WAITING_DELTAS_MAX or self._waiting_delta_bytes[account_id] + size > WAITING_DELTA_BYTES:
                 return  # cumulative: a later delta, or the message's end, carries this text
             self._waiting_delta_bytes[account_id] += size
+        elif (stamp := self._stamper(account_id, event)) is not None:
+            self._stamps[id(event)] = stamp  # taken now: where its run is as it goes out
         waiting.append(event)
         self._queued_of[_conversation_of(account_id, event)] += 1
+
+    def stamp_with(self, stamper: Stamper) -> None:
+        self._stamper = stamper
 
     async def settled(self, account_id: str) -> None:
         """Return once nothing the account broadcast here is still on its way to its connections (or after
@@ -220,6 +229,8 @@ class ClusterHub(CoalescingHub):
                     waiting.popleft()
                     self._queued_of[_conversation_of(account_id, event)] -= 1
         finally:
+            for event in waiting:  # cancelled: what never went out takes no stamp with it
+                self._stamps.pop(id(event), None)
             del self._waiting[account_id]
             del self._senders[account_id]
             self._waiting_delta_bytes.pop(account_id, None)
@@ -227,8 +238,9 @@ class ClusterHub(CoalescingHub):
 
     async def _send_logged(self, account_id: str, events: list[Event]) -> None:
         entries = [(_kind(event), logged_payload(self.origin, event)) for event in events]
+        stamps = [self._stamps.pop(id(event), None) for event in events]
         try:
-            logged = await self._append(account_id, entries) if not self.backlog.waiting else None
+            logged = await self._append(account_id, entries, stamps) if not self.backlog.waiting else None
         except DatabaseError:  # not an outage (the account is gone, say): its clients here get them, unlogged
             log.exception("events could not be logged")
             metrics.EVENTS_UNLOGGED.inc(len(events))
@@ -243,19 +255,32 @@ class ClusterHub(CoalescingHub):
         subscription = self._subscriptions.get(account_id)
         if subscription is not None and not subscription.done():
             await self.joined(account_id)  # else its catch-up and this could both deliver the events
-        for entry, event in zip(logged, events, strict=True):
-            if not await self.feed.offer(entry):
+        for entry, event, stamp in zip(logged, events, stamps, strict=True):
+            if entry is None:  # its run is another process's now, which reads it again from Hermes
+                if stamp is not None:
+                    stamp.refused()
+            elif not await self.feed.offer(entry):
                 self._deliver(account_id, event, told=True)  # no socket here follows the log
 
-    async def _append(self, account_id: str, entries: list[tuple[str, dict[str, Any]]]) -> list[LoggedEvent] | None:
-        """Append the entries (kind, payload) in one transaction, waiting up to `append_patience` for the
-        database; None if it stayed down."""
+    async def _append(
+        self, account_id: str, entries: list[tuple[str, dict[str, Any]]], stamps: list[Stamp | None]
+    ) -> list[LoggedEvent | None] | None:
+        """Append the entries (kind, payload) in one transaction, each after its stamp's write (an entry whose
+        stamp refuses is dropped: None), waiting up to `append_patience` for the database; None if it stayed
+        down."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._append_patience
+
+        def append(conn: DbConnection, appender: Appender) -> list[int | None]:
+            return [
+                appender.append(account_id, kind, payload) if stamp is None or stamp.write(conn) else None
+                for (kind, payload), stamp in zip(entries, stamps, strict=True)
+            ]
+
         while True:
             try:
                 seqs = await self.event_log.transaction(
-                    lambda _conn, appender: [appender.append(account_id, kind, payload) for kind, payload in entries],
+                    append,
                     ring_now=False,  # the outbox rings: no broadcast here waits for Redis
                 )
             except DatabaseUnavailable:
@@ -263,10 +288,12 @@ class ClusterHub(CoalescingHub):
                     return None
                 await asyncio.sleep(APPEND_RETRY_PAUSE)
                 continue
-            self._now_known(account_id, seqs[-1])
-            self.outbox.put_ring(account_id, seqs[-1])
+            appended = [seq for seq in seqs if seq is not None]
+            if appended:
+                self._now_known(account_id, appended[-1])
+                self.outbox.put_ring(account_id, appended[-1])
             return [
-                LoggedEvent(account_id, seq, kind, payload, 0.0)
+                None if seq is None else LoggedEvent(account_id, seq, kind, payload, 0.0)
                 for seq, (kind, payload) in zip(seqs, entries, strict=True)
             ]
 

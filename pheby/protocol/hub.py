@@ -19,9 +19,10 @@ from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable, Collection
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pheby import metrics
+from pheby.db import Connection as DbConnection
 from pheby.errors import RateLimited
 from pheby.protocol.append import AppendDrafts
 from pheby.protocol.frames import Event, MessageDelta, encode_event, error_event
@@ -40,6 +41,18 @@ REVOKED_SEND_SECONDS = 2.0  # how long the `unauthorized` frame may take before 
 SendText = Callable[[str], Awaitable[None]]
 Close = Callable[[int, str], Awaitable[None]]
 Listener = Callable[[str, Event], None]
+
+
+class Stamp(NamedTuple):
+    """What goes into the log with an event (a run's place in its journal, `pheby.runs.journal.stamp`):
+    `write(conn)` in the event's own append transaction, False to drop the event (its run is another
+    process's now); `refused()` on the loop afterwards, when it was dropped."""
+
+    write: Callable[[DbConnection], bool]
+    refused: Callable[[], None]
+
+
+Stamper = Callable[[str, Event], Stamp | None]
 DeltaForm = Literal["cumulative", "append"]  # how a connection takes `message.delta` (`pheby.protocol.append`)
 # When the event being broadcast arrived (loop time, `time.monotonic`): a run's reader sets it for each batch it
 # read from Hermes; unset, an event arrives when it is broadcast. What `pheby_ws_event_to_frame_seconds` counts from.
@@ -282,6 +295,9 @@ class Hub:
     async def settled(self, account_id: str) -> None:
         """Return once nothing the account broadcast is still on its way to its connections (at once here:
         a broadcast is queued before it returns). Awaited right before a snapshot is read."""
+
+    def stamp_with(self, stamper: Stamper) -> None:
+        """Who stamps the events this hub logs (a hub with no log has nothing to stamp)."""
 
     async def settled_position(self, account_id: str) -> int:
         """After `settled`: a position in the account's event log that every event broadcast here so far has

@@ -56,6 +56,7 @@ class ActiveRun:
         self.taken_over = False  # another process owns it now: this one let it go, saying nothing
         self.caught_up = asyncio.Event()  # its reader has heard from Hermes (a batch, a status) or it ended
         self.position: int | None = None  # the number of the last Hermes event consumed, where they are numbered
+        self.performing: int | None = None  # the number of the Hermes event being performed now (its outputs')
         self.read_now = ReadNow()  # set: the reader no longer waits for held-back text before a read
         self.reader: asyncio.Task[None] | None = None
         # The companion plugin's extras for this run (decided at start), and their state.

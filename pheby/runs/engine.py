@@ -34,7 +34,7 @@ from pheby.hermes.features import NO_RUN_OPTIONS, HermesFeatures, RunOptions
 from pheby.hermes.history_pages import HistoryPages
 from pheby.plugin.extras import NO_EXTRAS, PluginExtras
 from pheby.protocol import frames as ev
-from pheby.protocol.hub import EVENT_ARRIVED, Hub
+from pheby.protocol.hub import EVENT_ARRIVED, Hub, Stamp
 from pheby.redact import sanitize_error
 from pheby.runs import translate as tr
 from pheby.runs.active import ActiveRun, AssistantTurn
@@ -125,6 +125,7 @@ class RunManager:
         self._journal = journal  # what a restart needs to carry the runs on
         self._leases = journal.leases  # whether this process still owns its runs
         journal.when_taken_over(self.let_go)
+        hub.stamp_with(self._stamp)  # a run's logged events carry its journal's place along
         self._handing_over = False  # a graceful stop: runs go on in Hermes, for the next process
         self._features = features  # what each gateway advertises (None: nothing)
         self._conversations = conversations
@@ -343,6 +344,15 @@ class RunManager:
         if run.reader is not None and run.reader is not asyncio.current_task():
             run.reader.cancel()
 
+    def _stamp(self, account_id: str, event: ev.Event) -> Stamp | None:
+        """The journal's stamp for a logged event of a run under way here."""
+        run = self._by_conversation.get(getattr(event, "conversation_id", ""))
+        if run is None or run.account.id != account_id or run.finished.is_set():
+            return None
+        if getattr(event, "run_id", None) != run.run_id and getattr(event, "message_id", None) != run.message_id:
+            return None  # the conversation's, not the run's (a rename, say)
+        return self._journal.stamp(run)
+
     async def _still_owned(self, run: ActiveRun) -> bool:
         """Whether this process still owns the run, asking the database once its leases may have lapsed (a
         pause, the database away); if not, the run is let go."""
@@ -486,6 +496,7 @@ class RunManager:
                         waiting_since[0] = None
                         EVENT_ARRIVED.set(time.monotonic())  # what this batch's frames are timed from
                         for event in tr.joined_deltas(batch):
+                            run.performing = event.seq if type(event.seq) is int else run.position
                             await self._perform_async(run, tr.translate(run.view, event))
                             if type(event.seq) is int:  # after it was performed: a restart reads on from here
                                 run.position = event.seq

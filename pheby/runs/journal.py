@@ -25,6 +25,7 @@ import msgspec
 from pheby.db import Connection, Database, DatabaseError, Row
 from pheby.plugin.extras import PluginExtras
 from pheby.protocol import frames as ev
+from pheby.protocol.hub import Stamp
 from pheby.runs.active import ActiveRun
 from pheby.runs.decisions import Decision
 from pheby.runs.leases import RunLeases
@@ -179,6 +180,34 @@ class RunJournal:
         async with entry.lock:
             ours = await self._quiet_write(run.run_id, "ending", end)
         return ours is not False
+
+    def stamp(self, run: ActiveRun) -> Stamp | None:
+        """Where the run is as one of its logged events goes out, written in that event's append
+        (`Hub.stamp_with`): the log and the journal's position move together, so a process that takes the run
+        over reads Hermes on from there, not from a checkpoint up to `every` seconds older (at most the event
+        being performed is told again). Where the row is another process's now, the event is dropped (its
+        new owner reads it again) and this process lets the run go."""
+        entry = self._entries.get(run.run_id)
+        if entry is None or entry.closed or run.epoch == 0:
+            return None
+        entry.revision += 1  # taken now: an earlier write still under way lands under it, never over it
+        entry.saved_at = self._clock()
+        # Past the Hermes event being performed: its outputs are this event and what goes out with it.
+        position = run.performing if run.performing is not None else run.position
+        progress = _progress(run, entry.revision, position)
+        row = (*progress, run.run_id, self.leases.holder, run.epoch, entry.revision)
+        owner = (self.leases.holder, run.epoch)
+
+        def write(conn: Connection) -> bool:
+            return conn.execute(_UPDATE, row).rowcount == 1 or _owner(conn, run.run_id) in (owner, None)
+
+        def refused() -> None:
+            if self._entries.pop(run.run_id, None) is not None:
+                entry.closed = True
+                log.warning("run %s: another process owns it now; this one lets it go", run.run_id)
+                self._taken_over(run)
+
+        return Stamp(write, refused)
 
     def close(self, run: ActiveRun) -> None:
         """The run is another process's now: nothing more of it is written here."""
@@ -350,10 +379,11 @@ def _row(run: ActiveRun, revision: int) -> tuple[object, ...]:
     )
 
 
-def _progress(run: ActiveRun, revision: int) -> tuple[object, ...]:
+def _progress(run: ActiveRun, revision: int, position: int | None = None) -> tuple[object, ...]:
     """What changes as a run goes on (taken in one step: the text and the position agree)."""
     tools = _JSON.encode(list(run.tools.values())).decode()
-    return (run.phase.current, int(run.cancel_requested), run.position, run.view.streamed.raw, tools, revision)
+    position = run.position if position is None else position
+    return (run.phase.current, int(run.cancel_requested), position, run.view.streamed.raw, tools, revision)
 
 
 def _made(run: ActiveRun) -> tuple[object, ...]:

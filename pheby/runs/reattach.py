@@ -38,6 +38,8 @@ async def reattach(
     runs: RunManager,
 ) -> int:
     """Carry on every run left by a process that stopped or died; how many were."""
+    # This process's leases known fresh from here: the runs' first events are performed with no check first.
+    await journal.leases.renew()
     carried = await take_over(journal, accounts, conversations, hermes_for, runs)
     if carried:
         began = time.monotonic()
