@@ -141,3 +141,60 @@ async def test_a_process_without_redis_cant_join_processes_with_it(cluster: Clus
     assert last.startswith("pheby serve: PHEBY_DATABASE_URL: another server process"), refused.stderr
     assert "with PHEBY_REDIS_URL: set the same PHEBY_REDIS_URL here" in last
     await asyncio.sleep(0)
+
+
+async def test_a_rolling_restart_under_load_loses_no_run_and_no_acknowledged_write(cluster: Cluster) -> None:
+    """Each of three processes gets SIGTERM in turn (and a replacement) while runs stream and renames are
+    acknowledged; a client whose process stops (1012) reconnects to another, as through a load balancer.
+    Afterwards every run ended once with the agent's whole answer, every acknowledged rename holds, and each
+    client's view of a conversation equals a fresh snapshot."""
+    servers = [await cluster.start() for _ in range(3)]
+    conversations: list[tuple[str, str]] = []
+    for index, server in enumerate(servers):  # a run started through each process
+        client = await cluster.client(server)
+        conversations.append(await started_run(client, f"/demo slow {150 + 20 * index}"))
+    acknowledged: dict[str, str] = {}
+    renames = 0
+
+    async def rename_through(client: PhebyClient) -> None:
+        nonlocal renames
+        conversation_id = conversations[renames % len(conversations)][0]
+        renames += 1
+        name = f"name {renames}"
+        reply = await client.request(
+            "conversation.rename", "conversation.renamed", 10, conversation_id=conversation_id, name=name
+        )
+        if reply["type"] == "conversation.renamed":
+            acknowledged[conversation_id] = name
+
+    for turn in range(3):  # each process in turn: SIGTERM, then its replacement
+        stopping = servers[turn]
+        live = [server for server in servers if server is not stopping]
+        writer = await cluster.client(live[0])
+        for _ in range(3):
+            await rename_through(writer)
+        stopping.process.send_signal(signal.SIGTERM)
+        await stopping.reap()
+        assert stopping.process.returncode == 0, stopping.log()[-2000:]
+        for _ in range(3):
+            await rename_through(writer)
+        servers[turn] = await cluster.start()
+
+    # Every run ends once, with the agent's whole answer, whoever owned it last.
+    for conversation_id, run_id in conversations:
+        observer = await cluster.client(servers[0])
+        deadline = time.monotonic() + 60
+        while (snapshot := await opened(observer, conversation_id))["run"] is not None:
+            assert time.monotonic() < deadline, f"run {run_id} never ended"
+            await asyncio.sleep(0.5)
+        answer = [m["text"] for m in snapshot["messages"] if m["role"] == "assistant"]
+        ticks = 150 + 20 * [c for c, _ in conversations].index(conversation_id)
+        assert answer == ["".join(f"tick {i} " for i in range(ticks)).strip()], answer
+    # Every acknowledged rename holds.
+    reader = await cluster.client(servers[2])
+    listed = await reader.request("conversation.list", "conversation.snapshot", 10)
+    names = {c["conversation_id"]: c["name"] for c in listed["conversations"]}
+    for conversation_id, name in acknowledged.items():
+        assert names[conversation_id] == name, (names, acknowledged)
+    assert renames == 18
+    assert len(acknowledged) == len(conversations)

@@ -17,6 +17,7 @@ Modules, one concept each:
 - `keeper`: renewing this process's leases, letting go of runs taken over, taking over runs left;
 - `forwarding`: a client's commands for a run another process owns, and how they get there (`RunOwners`);
 - `commands`: carrying out here such a command for a run this process owns;
+- `snapshots_elsewhere`: the run part of a snapshot, asked of the process that owns the run;
 - `translate`: Hermes events → Pheby events and effects, a pure state machine;
 - `plugin_inputs`: the companion plugin's pushes, as inputs of their own;
 - `plugin_runs`: the runs those pushes name by Hermes's run id, and what each push does to its run;
