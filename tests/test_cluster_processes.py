@@ -198,3 +198,5 @@ async def test_a_rolling_restart_under_load_loses_no_run_and_no_acknowledged_wri
         assert names[conversation_id] == name, (names, acknowledged)
     assert renames == 18
     assert len(acknowledged) == len(conversations)
+    handed = [line for server in cluster.servers for line in server.log().splitlines() if "took over" in line]
+    assert handed, "no run was handed over: the restarts came after the runs"
