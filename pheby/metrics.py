@@ -73,7 +73,8 @@ LOCKOUTS = Counter(
 # --- push ---------------------------------------------------------------------------------------
 PUSH_SENDS = Counter(
     "pheby_push_sends_total",
-    "Web Push sends, by outcome: delivered, gone, retried, failed, refused, dropped",
+    "Web Push sends, by outcome: delivered, gone, retried, failed, refused, dropped; "
+    "foreground: not sent, its account being in front of its person through another process",
     ["outcome"],
 )
 

@@ -11,6 +11,7 @@ from pheby import metrics
 from pheby.auth import Authenticator
 from pheby.cancelling import cancel_and_wait
 from pheby.cluster import ClusterHub
+from pheby.cluster.presence import Presence
 from pheby.db import Database
 from pheby.errors import PhebyError
 from pheby.events import EventLog, RedisBell
@@ -85,7 +86,13 @@ class Services:
             EventLog(db, RedisBell(settings.redis_url, prefix=settings.redis_prefix)) if settings.redis_url else None
         )
         self.hub = (
-            CoalescingHub(**hub_options) if self.event_log is None else ClusterHub(log=self.event_log, **hub_options)
+            CoalescingHub(**hub_options)
+            if self.event_log is None
+            else ClusterHub(
+                log=self.event_log,
+                presence=Presence(settings.redis_url, prefix=settings.redis_prefix),
+                **hub_options,
+            )
         )
         self.conversations = Conversations(db)
         self.history = HistoryPages(db, self.conversations)  # conversation.open's pages, from the log when in sync

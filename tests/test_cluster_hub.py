@@ -9,7 +9,7 @@ import contextlib
 import json
 import os
 import signal
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
@@ -19,6 +19,7 @@ from pheby.cluster import ClusterHub
 from pheby.cluster import hub as cluster_hub
 from pheby.cluster.backlog import Backlog
 from pheby.cluster.outbox import BellOutbox
+from pheby.cluster.presence import Presence
 from pheby.db.postgres import PostgresDatabase
 from pheby.events import EventLog, Letter, Live, LocalBell, RedisBell, Ring
 from pheby.protocol.frames import (
@@ -86,7 +87,7 @@ class Process:
 
 @asynccontextmanager
 async def processes(
-    postgres_url: str, redis: RedisTarget, count: int = 3, **hub_options: Any
+    postgres_url: str, redis: RedisTarget, count: int = 3, *, presence: bool = False, **hub_options: Any
 ) -> AsyncIterator[list[Process]]:
     async with AsyncExitStack() as stack:
         procs = []
@@ -97,7 +98,8 @@ async def processes(
             bell = RedisBell(redis.url, prefix=redis.prefix, ping_seconds=1.0, backoff_seconds=(0.05, 0.5))
             stack.push_async_callback(bell.aclose)
             windows = {"delta_window_seconds": 0.02, "append_window_seconds": 0.01}
-            hub = ClusterHub(log=EventLog(db, bell), **(windows | hub_options))
+            present = Presence(redis.url, prefix=redis.prefix) if presence else None
+            hub = ClusterHub(log=EventLog(db, bell), presence=present, **(windows | hub_options))
             await hub.start()
             stack.push_async_callback(hub.aclose)
             procs.append(Process(hub, db))
@@ -394,3 +396,31 @@ async def test_the_backlog_is_bounded_in_bytes(own_postgres_server: PostgresServ
                 own_postgres_server.start()
         finally:
             await db.close()
+
+
+async def test_an_account_in_front_of_its_person_on_one_process_is_known_to_the_others(
+    postgres_url: str, redis_url: RedisTarget
+) -> None:
+    """Web Push stays quiet for an account whose connection is in the foreground on any process."""
+
+    async def eventually(check: Callable[[], Awaitable[bool]], what: str) -> None:
+        for _ in range(100):  # within a few renewals (2 s each)
+            if await check():
+                return
+            await asyncio.sleep(0.1)
+        raise AssertionError(what)
+
+    async with processes(postgres_url, redis_url, count=2, presence=True) as (first, second):
+        assert not await second.hub.foreground_elsewhere("acct-present")
+        first.connect("acct-present")  # in the foreground from hello on
+        await eventually(lambda: second.hub.foreground_elsewhere("acct-present"), "the other process never knew")
+        assert not await first.hub.foreground_elsewhere("acct-present")  # its own socket is no "elsewhere"
+        for connection in first.hub.of_account("acct-present"):
+            connection.foreground = False  # presence.set background: a hidden tab
+        await eventually(
+            lambda: _not(second.hub.foreground_elsewhere("acct-present")), "still in front after it went away"
+        )
+
+
+async def _not(asked: Awaitable[bool]) -> bool:
+    return not await asked

@@ -1,8 +1,10 @@
 """Web Push without sockets: when to push and what it says, answer tokens, endpoint checks, key checks,
 the queue's bounds. The real sends are in tests/test_push_e2e.py."""
 
+import asyncio
 import base64
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives import serialization
@@ -288,3 +290,32 @@ def test_the_queue_drops_the_oldest_push_past_its_bounds_per_account_and_in_all(
         delivery.submit(notice("b", n))
     assert delivery.queued() == 5
     assert delivery.outcomes["dropped"] == 2 + 2 + 1  # one oldest overall (a's), then two of b's own
+
+
+@pytest.mark.anyio
+async def test_a_notice_for_an_account_in_front_of_its_person_elsewhere_is_not_sent() -> None:
+    """Another process has the account in front of its person as the notice goes out (`Hub.foreground_elsewhere`):
+    it is not sent, and no subscription is even looked up."""
+    asked: list[str] = []
+
+    async def elsewhere(account_id: str) -> bool:
+        asked.append(account_id)
+        return account_id == "looking"
+
+    class NoSubscriptions:
+        async def wanting(self, account_id: str, event: str) -> list[Any]:
+            raise AssertionError(f"looked up {account_id}'s subscriptions")
+
+    delivery = PushDelivery(NoSubscriptions(), None, foreground_elsewhere=elsewhere)  # type: ignore[arg-type]
+    running = asyncio.create_task(delivery.run())
+    try:
+        delivery.submit(Notice("looking", "approval", {"tag": "t"}, 60, "high"))
+        for _ in range(100):
+            if delivery.outcomes["foreground"]:
+                break
+            await asyncio.sleep(0.01)
+        assert asked == ["looking"]
+        assert delivery.outcomes["foreground"] == 1
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)

@@ -29,8 +29,11 @@ from typing import Any, Final
 import msgspec
 
 from pheby import metrics
+from pheby.cancelling import cancel_and_wait
 from pheby.cluster.backlog import Backlog
 from pheby.cluster.outbox import BellOutbox
+from pheby.cluster.presence import RENEW_SECONDS as PRESENCE_RENEW_SECONDS
+from pheby.cluster.presence import Presence
 from pheby.cluster.wire import decode_live, decode_logged, logged_payload
 from pheby.db import Connection as DbConnection
 from pheby.errors import DatabaseError, DatabaseUnavailable
@@ -72,6 +75,7 @@ class ClusterHub(CoalescingHub):
         log: EventLog,
         origin: str | None = None,
         append_patience: float = APPEND_PATIENCE_SECONDS,
+        presence: Presence | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
@@ -79,6 +83,10 @@ class ClusterHub(CoalescingHub):
         if log.bell is None:
             raise ValueError("ClusterHub needs an event log with a bell")
         self.origin = origin or uuid.uuid4().hex
+        self.presence = presence  # the accounts in front of their person on other processes (Web Push)
+        if presence is not None:
+            presence.origin = self.origin
+        self._presenting: asyncio.Task[None] | None = None
         self.event_log = log
         self.feed = Feed(log, log.bell, self._on_logged, self._on_truncated, on_live=self._on_live)
         self.outbox = BellOutbox(log.bell, self.origin)
@@ -104,6 +112,16 @@ class ClusterHub(CoalescingHub):
     async def start(self) -> None:
         await self.feed.start()
         self.outbox.start()
+        if self.presence is not None:
+            self._presenting = asyncio.create_task(self._present(self.presence), name="cluster-presence")
+
+    async def _present(self, presence: Presence) -> None:
+        while True:
+            await presence.publish({account for account in self.accounts() if self.in_foreground(account)})
+            await asyncio.sleep(PRESENCE_RENEW_SECONDS)
+
+    async def foreground_elsewhere(self, account_id: str) -> bool:
+        return self.presence is not None and await self.presence.elsewhere(account_id)
 
     async def aclose(self) -> None:
         """Send on what waits (bounded by the appends' own patience), then stop."""
@@ -115,6 +133,9 @@ class ClusterHub(CoalescingHub):
         await asyncio.gather(
             *self._senders.values(), *self._subscriptions.values(), *self._unsubscribing, return_exceptions=True
         )
+        await cancel_and_wait(self._presenting)
+        if self.presence is not None:
+            await self.presence.aclose()
         await self.outbox.aclose()
         await self.backlog.aclose()
         await self.feed.aclose()

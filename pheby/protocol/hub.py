@@ -367,6 +367,15 @@ class Hub:
         """Whether any connection of the account is in front of its user."""
         return any(c.foreground and not c.closed.is_set() for c in self._by_account.get(account_id, ()))
 
+    async def foreground_elsewhere(self, account_id: str) -> bool:
+        """Whether another process has a connection of the account in front of its person (one process:
+        never)."""
+        return False
+
+    def accounts(self) -> list[str]:
+        """The accounts with a connection here."""
+        return list(self._by_account)
+
     def delta_held_for(self, message_id: str) -> float:
         """Seconds a `message.delta` of the message broadcast now would be held back before it reaches
         the clients (this hub sends every event at once; `CoalescingHub` holds deltas back)."""

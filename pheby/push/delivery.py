@@ -6,12 +6,14 @@ and counted. At most `concurrency` notices are being sent at once, each to every
 account that asked for its event. A send answered 404 / 410 removes the subscription; 429, 5xx, a
 timeout or a broken connection is tried again after a backoff (or the push service's `Retry-After`,
 up to a bound), `tries` times in all. A push service that hangs or refuses costs a sender slot for
-at most its timeouts, never a delta, and never more memory than the bounds.
+at most its timeouts, never a delta, and never more memory than the bounds. A notice for an account that
+another process has in front of its person as it goes out is not sent (`foreground_elsewhere`).
 """
 
 import asyncio
 import logging
 from collections import Counter, deque
+from collections.abc import Awaitable, Callable
 
 from pheby import metrics
 from pheby.push.notices import Notice
@@ -39,8 +41,11 @@ class PushDelivery:
         concurrency: int = CONCURRENCY,
         tries: int = TRIES,
         backoff: float = BACKOFF_SECONDS,
+        foreground_elsewhere: Callable[[str], Awaitable[bool]] | None = None,
     ) -> None:
         self._subscriptions = subscriptions
+        # Whether another process has the account in front of its person as a notice goes out: then it doesn't.
+        self._foreground_elsewhere = foreground_elsewhere
         self._sender = sender
         self._per_account = per_account
         self._total = total
@@ -51,7 +56,8 @@ class PushDelivery:
         self._wake = asyncio.Event()
         self._slots = asyncio.Semaphore(concurrency)
         self._sending: set[asyncio.Task[None]] = set()
-        self.outcomes: Counter[str] = Counter()  # per send: delivered, gone, retried, failed, refused, dropped
+        # Per send: delivered, gone, retried, failed, refused, dropped; per notice: foreground (not sent).
+        self.outcomes: Counter[str] = Counter()
 
     def submit(self, notice: Notice) -> None:
         if self._queued[notice.account_id] >= self._per_account:
@@ -112,6 +118,9 @@ class PushDelivery:
 
     async def _deliver(self, notice: Notice) -> None:
         try:
+            if self._foreground_elsewhere is not None and await self._foreground_elsewhere(notice.account_id):
+                self._count("foreground")
+                return
             subscriptions = await self._subscriptions.wanting(notice.account_id, notice.event)
             await asyncio.gather(*(self._send(notice, s) for s in subscriptions))
         except Exception as exc:  # noqa: BLE001 - a push never takes the server down, nor fills its log

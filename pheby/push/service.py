@@ -59,7 +59,7 @@ class Push:
             preview=settings.push_preview,
         )
         self.sender = PushSender(self.identity, self.policy, timeout=settings.push_timeout_seconds, transport=transport)
-        self.delivery = PushDelivery(self.subscriptions, self.sender)
+        self.delivery = PushDelivery(self.subscriptions, self.sender, foreground_elsewhere=hub.foreground_elsewhere)
         self._hub = hub
         self._runs = runs
         hub.listen(self._observe)
