@@ -184,9 +184,9 @@ class RunJournal:
     def stamp(self, run: ActiveRun) -> Stamp | None:
         """Where the run is as one of its logged events goes out, written in that event's append
         (`Hub.stamp_with`): the log and the journal's position move together, so a process that takes the run
-        over reads Hermes on from there, not from a checkpoint up to `every` seconds older (at most the event
-        being performed is told again). Where the row is another process's now, the event is dropped (its
-        new owner reads it again) and this process lets the run go."""
+        over reads Hermes on after the last event logged, not from a checkpoint up to `every` seconds older.
+        Where the row is another process's now, the event is dropped (its new owner reads it again) and this
+        process lets the run go."""
         entry = self._entries.get(run.run_id)
         if entry is None or entry.closed or run.epoch == 0:
             return None
