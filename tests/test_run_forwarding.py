@@ -18,13 +18,13 @@ from tests.live_server import LiveServer, free_port
 from tests.server_deployment import opened, started_run, texts
 from tests.ws_client import PhebyClient
 
-SLOW_ANSWER = "".join(f"tick {i} " for i in range(400)).strip()
+SLOW_TICKS = 120  # 6 s of text
+SLOW_ANSWER = "".join(f"tick {i} " for i in range(SLOW_TICKS)).strip()
 
 pytestmark = [
     pytest.mark.anyio,
     pytest.mark.live,
     pytest.mark.parametrize("database_url", ["cluster"], indirect=True),
-    pytest.mark.xdist_group("run-forwarding"),
 ]
 
 
@@ -135,7 +135,7 @@ async def test_a_command_for_a_stalled_owner_is_unavailable_not_a_hang(servers: 
 
 
 async def test_a_run_another_process_owns_shows_in_a_snapshot_here(servers: TwoServers) -> None:
-    conversation_id, run_id = await started_run(servers.on_owner, "/demo slow 400")
+    conversation_id, run_id = await started_run(servers.on_owner, f"/demo slow {SLOW_TICKS}")
     await servers.on_other.wait_for(lambda f: f.get("type") == "message.delta" and "tick 5 " in f["text"], 15)
 
     snapshot = await opened(servers.on_other, conversation_id)
