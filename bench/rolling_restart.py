@@ -28,33 +28,16 @@ import itertools
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
+from bench.cluster import services
 from bench.support import free_port
 from bench.ws_stream import percentile
 from tests.crash_safety import SECRET, ServerProcess
 from tests.demo_hermes_process import DemoHermesProcess
 from tests.ws_client import PhebyClient
-
-
-@contextlib.contextmanager
-def services() -> Iterator[tuple[str, str]]:
-    from tests.postgres_server import PostgresServer, fresh_database
-    from tests.redis_server import RedisServer
-
-    postgres = PostgresServer()
-    try:
-        redis = RedisServer()
-        try:
-            with fresh_database(postgres.url) as database_url:
-                yield database_url, redis.url
-        finally:
-            redis.close()
-    finally:
-        postgres.close()
 
 
 class Watcher:

@@ -100,7 +100,7 @@ class ProcessLease:
         self.holder = holder or own_holder()
         self.seconds = seconds
 
-    def _other_holder(self, conn: Connection, now: float) -> str | None:
+    def _in_the_way(self, conn: Connection, now: float) -> str | None:
         """The live holder of the lease other than this one, if there is one."""
         row = conn.execute("SELECT holder, expires_at FROM process_leases WHERE name = ?", (self.name,)).fetchone()
         if row is None or row[0] == self.holder or row[1] <= now or holder_gone(row[0]):
@@ -108,11 +108,12 @@ class ProcessLease:
         return str(row[0])
 
     async def try_take(self) -> str | None:
-        """Hold the lease from now on, unless another live holder has it: then that holder."""
+        """Hold the lease from now on, unless a live holder stands in the way: then what `_in_the_way` says
+        of it (the holder)."""
         now = self._clock()
 
         def q(conn: Connection) -> str | None:
-            if (other := self._other_holder(conn, now)) is not None:
+            if (other := self._in_the_way(conn, now)) is not None:
                 return other
             conn.execute(
                 "INSERT INTO process_leases (name, holder, expires_at) VALUES (?, ?, ?) "
@@ -190,19 +191,7 @@ class ServerLease(ProcessLease):
     async def take(self) -> None:
         """Hold the lease from now on. Raises `LeaseHeld` while a live process this one can't serve beside
         holds one."""
-        now = self._clock()
-
-        def q(conn: Connection) -> str | None:
-            if (other := self._in_the_way(conn, now)) is not None:
-                return other
-            conn.execute(
-                "INSERT INTO process_leases (name, holder, expires_at) VALUES (?, ?, ?) "
-                "ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at",
-                (self.name, self.holder, now + self.seconds),
-            )
-            return None
-
-        other = await self._db.transaction(q)
+        other = await self.try_take()
         if other is not None:
             raise LeaseHeld(other)
 

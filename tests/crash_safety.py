@@ -196,6 +196,20 @@ def _mib(stored: dict[str, Stored]) -> str:
 # --- the server, in a process of its own ---------------------------------------------------------------------
 
 
+def serve_to_the_end(data_dir: Path, env: Mapping[str, str]) -> "subprocess.CompletedProcess[str]":
+    """`pheby serve` on a free port with `env` over a clean environment (no PHEBY_/HERMES_/AWS_ of this
+    one), run to its exit (a refusal at start), its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "pheby_main", "serve", "--port", str(free_port()), "--data-dir", str(data_dir)],
+        cwd=REPO_ROOT,
+        env={**{k: v for k, v in os.environ.items() if not k.startswith(("PHEBY_", "HERMES_", "AWS_"))}, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 class ServerProcess:
     """`pheby serve` on `data_dir` (local disk, SQLite) on a loopback port; its output in `log_path`; `env_extra`
     (a Hermes to talk to, say) over its environment."""

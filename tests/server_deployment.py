@@ -11,7 +11,7 @@ import contextlib
 import signal
 import sqlite3
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final, Generic, Protocol, TypeVar
 
@@ -148,3 +148,15 @@ def texts(client: PhebyClient, run_id: str, after: Frame | None = None) -> list[
         frames = frames[next(i for i, f in enumerate(frames) if f is after) + 1 :]
     deltas = (f for f in frames if f.get("type") == "message.delta")
     return [f["text"] for f in deltas if f.get("message_id") == f"draft-{run_id}"]
+
+
+def tool_calls_started(count: int) -> Callable[[Frame], bool]:
+    """A `wait_for` match for the frame that starts the `count`th distinct tool call."""
+    started: set[str] = set()
+
+    def match(frame: Frame) -> bool:
+        if frame.get("type") == "tool.event" and frame.get("status") == "running":
+            started.add(frame["tool_call_id"])
+        return len(started) == count
+
+    return match

@@ -11,7 +11,7 @@ import pytest
 
 from pheby.db.postgres import PostgresDatabase
 from pheby.process_lease import LEASE_SECONDS, LeaseHeld, ServerLease
-from tests.crash_safety import REPO_ROOT, SECRET, ServerProcess
+from tests.crash_safety import SECRET, ServerProcess, serve_to_the_end
 from tests.live_server import free_port
 from tests.postgres_server import PostgresServer, fresh_database
 
@@ -93,24 +93,7 @@ async def test_a_second_pheby_serve_is_refused_with_one_line_and_a_restart_after
     first = ServerProcess(tmp_path / "one", free_port(), tmp_path / "one.log", env)
     try:
         await first.wait_up()
-        second = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pheby_main",
-                "serve",
-                "--port",
-                str(free_port()),
-                "--data-dir",
-                str(tmp_path / "two"),
-            ],
-            cwd=REPO_ROOT,
-            env={**_clean_env(), "PHEBY_SECRET": SECRET, "HERMES_URL": "http://127.0.0.1:9", **env},
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        second = serve_to_the_end(tmp_path / "two", {"PHEBY_SECRET": SECRET, "HERMES_URL": "http://127.0.0.1:9", **env})
         assert second.returncode == 2, second.stderr
         # The checks log what passed; the refusal is one line, the last.
         refusals = [line for line in second.stderr.splitlines() if line.startswith("pheby serve:")]
@@ -128,10 +111,6 @@ async def test_a_second_pheby_serve_is_refused_with_one_line_and_a_restart_after
             third.stop()
     finally:
         first.stop()
-
-
-def _clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith(("PHEBY_", "HERMES_", "AWS_"))}
 
 
 async def test_giving_the_lease_up_with_the_database_stopped_does_not_fail_the_shutdown(

@@ -19,7 +19,7 @@ import pytest
 from tests.database import query
 from tests.demo_hermes_process import DemoHermesProcess
 from tests.live_server import LiveServer, free_port
-from tests.server_deployment import started_run, texts
+from tests.server_deployment import started_run, texts, tool_calls_started
 from tests.ws_client import PhebyClient
 
 pytestmark = [pytest.mark.anyio, pytest.mark.live, pytest.mark.parametrize("database_url", ["cluster"], indirect=True)]
@@ -36,23 +36,33 @@ def stall(server: LiveServer, seconds: float) -> None:
     server.server.servers[0].get_loop().call_soon_threadsafe(time.sleep, seconds)
 
 
-@pytest.mark.parametrize("gateway", GATEWAYS)
-async def test_a_stalled_owners_run_is_taken_over_and_ends_once_with_the_whole_answer(
+@pytest.fixture
+def two_servers(
     make_settings: Callable[..., Any],
     start_live_server: Callable[..., LiveServer],
     make_demo_hermes_process: Callable[..., DemoHermesProcess],
-    database_url: str,
-    gateway: tuple[str, ...],
+) -> Callable[..., tuple[LiveServer, LiveServer]]:
+    """Two servers on the test's database and Redis, with a lease of 3 s, on a demo Hermes with these flags."""
+
+    def make(*flags: str) -> tuple[LiveServer, LiveServer]:
+        hermes = make_demo_hermes_process("--delta-delay", "0.01", *flags)
+
+        def server() -> LiveServer:
+            settings = make_settings(
+                port=free_port(), hermes_url=hermes.base_url, hermes_api_key=hermes.api_key, run_lease_seconds=3
+            )
+            return start_live_server(settings)
+
+        return server(), server()
+
+    return make
+
+
+@pytest.mark.parametrize("gateway", GATEWAYS)
+async def test_a_stalled_owners_run_is_taken_over_and_ends_once_with_the_whole_answer(
+    two_servers: Callable[..., tuple[LiveServer, LiveServer]], database_url: str, gateway: tuple[str, ...]
 ) -> None:
-    hermes = make_demo_hermes_process("--delta-delay", "0.01", *gateway)
-
-    def server() -> LiveServer:
-        settings = make_settings(
-            port=free_port(), hermes_url=hermes.base_url, hermes_api_key=hermes.api_key, run_lease_seconds=3
-        )
-        return start_live_server(settings)
-
-    owner, other = server(), server()
+    owner, other = two_servers(*gateway)
     on_owner = await PhebyClient.connect(owner.ws_url, owner.secret)
     on_other = await PhebyClient.connect(other.ws_url, other.secret)
     try:
@@ -102,37 +112,19 @@ async def test_a_stalled_owners_run_is_taken_over_and_ends_once_with_the_whole_a
 
 
 async def test_a_taken_over_runs_logged_events_are_in_the_log_once_each(
-    make_settings: Callable[..., Any],
-    start_live_server: Callable[..., LiveServer],
-    make_demo_hermes_process: Callable[..., DemoHermesProcess],
-    database_url: str,
+    two_servers: Callable[..., tuple[LiveServer, LiveServer]], database_url: str
 ) -> None:
     """Each logged event of a run carries the journal's place in Hermes's stream in its own append, and a
     stalled ex-owner's appends are refused once its run was taken over: whenever the stall comes, the new
     owner reads on after the last event logged, and no tool call is in the log (or told a client) twice."""
-    hermes = make_demo_hermes_process("--delta-delay", "0.01", "--replay")
-
-    def server() -> LiveServer:
-        settings = make_settings(
-            port=free_port(), hermes_url=hermes.base_url, hermes_api_key=hermes.api_key, run_lease_seconds=3
-        )
-        return start_live_server(settings)
-
-    owner, other = server(), server()
+    owner, other = two_servers("--replay")
     on_owner = await PhebyClient.connect(owner.ws_url, owner.secret)
     on_other = await PhebyClient.connect(other.ws_url, other.secret)
     try:
         _, run_id = await started_run(on_owner, "/demo busy 300")
         # As its second tool call starts (a checkpoint of the journal is a second or two old by then): the
         # stall comes mid-stream, right after a logged event.
-        started: set[str] = set()
-
-        def second_call_started(frame: dict[str, Any]) -> bool:
-            if frame.get("type") == "tool.event" and frame.get("status") == "running":
-                started.add(frame["tool_call_id"])
-            return len(started) == 2
-
-        await on_owner.wait_for(second_call_started, 20)
+        await on_owner.wait_for(tool_calls_started(2), 20)
         stall(owner, STALL_SECONDS)
         finished = await on_other.arrived("run.finished", 60, run_id=run_id)
         assert finished["status"] == "completed"
