@@ -62,6 +62,20 @@ def container(template: dict[str, Any]) -> dict[str, Any]:
     return found
 
 
+def resolved(value: Any, *, several: bool) -> Any:
+    """`value` as deployed with `Processes` above 1 (`several`) or not: each `Fn::If` of a condition taken,
+    `AWS::NoValue` left out (other conditions are taken as false)."""
+    if isinstance(value, dict):
+        if set(value) == {"Fn::If"}:
+            condition, then, otherwise = value["Fn::If"]
+            return resolved(then if condition == "Several" and several else otherwise, several=several)
+        return {key: resolved(item, several=several) for key, item in value.items()}
+    if isinstance(value, list):
+        items = [resolved(item, several=several) for item in value]
+        return [item for item in items if item != {"Ref": "AWS::NoValue"}]
+    return value
+
+
 def test_cfn_lint_reports_nothing() -> None:
     from cfnlint.api import ManualArgs, lint_file
 
@@ -69,18 +83,46 @@ def test_cfn_lint_reports_nothing() -> None:
     assert [str(match) for match in matches] == []
 
 
-def test_exactly_one_task_and_never_two(template: dict[str, Any]) -> None:
-    service = one(template, "AWS::ECS::Service")["Properties"]
-    assert service["DesiredCount"] == 1
+def test_by_default_exactly_one_task_and_never_two(template: dict[str, Any]) -> None:
+    processes = template["Parameters"]["Processes"]
+    assert (processes["Default"], processes["AllowedValues"]) == (1, [1, 2, 3])
+    service = resolved(one(template, "AWS::ECS::Service")["Properties"], several=False)
+    assert service["DesiredCount"] == {"Ref": "Processes"}
     assert service["LaunchType"] == "FARGATE"
     deployment = service["DeploymentConfiguration"]
     assert deployment["MaximumPercent"] == 100  # the old task stops before the new one starts
     assert deployment["MinimumHealthyPercent"] == 0
     assert [lb["ContainerPort"] for lb in service["LoadBalancers"]] == [8620]
+    env = {item["Name"] for item in resolved(container(template), several=False)["Environment"]}
+    assert not env & {"PHEBY_DATABASE_URL", "PHEBY_REDIS_URL"}  # SQLite in the data dir: one writer
+
+
+def test_several_tasks_share_postgresql_and_redis_and_are_replaced_one_at_a_time(template: dict[str, Any]) -> None:
+    deployment = resolved(one(template, "AWS::ECS::Service")["Properties"], several=True)["DeploymentConfiguration"]
+    assert (deployment["MaximumPercent"], deployment["MinimumHealthyPercent"]) == (150, 50)
+    spec = resolved(container(template), several=True)
+    env = {item["Name"]: item["Value"] for item in spec["Environment"]}
+    assert "${Database.Endpoint.Address}" in env["PHEBY_DATABASE_URL"]["Fn::Sub"]
+    assert env["PHEBY_REDIS_URL"]["Fn::Sub"].startswith("redis://${Cache.RedisEndpoint.Address}")
+    secrets = {item["Name"]: item["ValueFrom"] for item in spec["Secrets"]}
+    assert secrets["PGPASSWORD"] == {"Fn::Sub": "${Database.MasterUserSecret.SecretArn}:password::"}
+    resources = template["Resources"]
+    for name in ("Database", "Cache", "SharedSecurityGroup", "DatabaseSubnetGroup", "CacheSubnetGroup"):
+        assert resources[name]["Condition"] == "Several", name
+    database = resources["Database"]
+    props = database["Properties"]
+    assert (props["Engine"], props["StorageEncrypted"], props["PubliclyAccessible"]) == ("postgres", True, False)
+    assert props["ManageMasterUserPassword"] is True  # no password in the template or its parameters
+    assert database["DeletionPolicy"] == database["UpdateReplacePolicy"] == "Snapshot"
+    ingress = resources["SharedSecurityGroup"]["Properties"]["SecurityGroupIngress"]
+    assert {(rule["FromPort"], rule["SourceSecurityGroupId"]["Ref"]) for rule in ingress} == {
+        (5432, "ServiceSecurityGroup"),
+        (6379, "ServiceSecurityGroup"),
+    }
 
 
 def test_container_runs_pheby_serve_with_its_settings(template: dict[str, Any]) -> None:
-    spec = container(template)
+    spec = resolved(container(template), several=False)
     assert spec["Command"] == ["pheby", "serve", "--host", "0.0.0.0", "--port", "8620", "--data-dir", "/data"]
     env = {item["Name"]: item["Value"] for item in spec["Environment"] if "Name" in item}
     assert env["PHEBY_STORAGE"] == "s3"
@@ -183,9 +225,10 @@ def test_iam_is_least_privilege(template: dict[str, Any]) -> None:
     execution_statements = [
         s for p in roles["ExecutionRole"]["Properties"]["Policies"] for s in p["PolicyDocument"]["Statement"]
     ]
-    assert [s["Resource"] for s in execution_statements] == [
-        [{"Ref": "PhebySecretArn"}, {"Ref": "HermesApiKeySecretArn"}]
-    ]
+    secrets = [{"Ref": "PhebySecretArn"}, {"Ref": "HermesApiKeySecretArn"}]
+    assert [resolved(s["Resource"], several=False) for s in execution_statements] == [secrets]
+    database_secret = {"Fn::GetAtt": "Database.MasterUserSecret.SecretArn"}
+    assert [resolved(s["Resource"], several=True) for s in execution_statements] == [[*secrets, database_secret]]
     for statement in task_statements + execution_statements:
         assert statement["Effect"] == "Allow"
         assert all("*" not in action for action in _as_list(statement["Action"]))
