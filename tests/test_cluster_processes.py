@@ -26,7 +26,8 @@ from tests.redis_server import RedisTarget
 from tests.server_deployment import opened, started_run, texts, tool_calls_started
 from tests.ws_client import PhebyClient
 
-pytestmark = [pytest.mark.anyio, pytest.mark.live]
+# Three `pheby serve` processes and a Hermes each: one test after another, not beside the rest (two cores).
+pytestmark = [pytest.mark.anyio, pytest.mark.live, pytest.mark.xdist_group("cluster-processes")]
 
 LEASE_SECONDS = 3
 TICKS = 200  # 10 s of text: still streaming after a kill and a takeover

@@ -22,7 +22,12 @@ from tests.live_server import LiveServer, free_port
 from tests.server_deployment import started_run, texts, tool_calls_started
 from tests.ws_client import PhebyClient
 
-pytestmark = [pytest.mark.anyio, pytest.mark.live, pytest.mark.parametrize("database_url", ["cluster"], indirect=True)]
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.live,
+    pytest.mark.parametrize("database_url", ["cluster"], indirect=True),
+    pytest.mark.xdist_group("two-servers"),  # one after another, not beside the rest (two cores)
+]
 
 LEASE_SECONDS = 3.0
 STALL_SECONDS = LEASE_SECONDS + 4  # past the lease, and a takeover's poll after it
