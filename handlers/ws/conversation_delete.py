@@ -50,7 +50,7 @@ async def _cancel_active_run(services: Services, account_id: str, conversation_i
     run = services.runs.active(conversation_id)
     run_id = None if run is None else run.run_id
     if run is None and (elsewhere := await services.runs.owner_elsewhere(account_id, conversation_id)):
-        run_id = elsewhere[1]
+        run_id = elsewhere.run_id
     if run_id is None:
         return False
     try:

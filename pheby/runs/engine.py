@@ -40,7 +40,7 @@ from pheby.runs import translate as tr
 from pheby.runs.active import ActiveRun, AssistantTurn
 from pheby.runs.decision_desk import DecisionDesk
 from pheby.runs.forwarding import CancelRun, NoOtherOwners, RunOwners
-from pheby.runs.journal import RunJournal
+from pheby.runs.journal import OwnedRun, RunJournal
 from pheby.runs.media import DeliverMedia, MediaDelivery
 from pheby.runs.plugin_runs import PluginRuns
 from pheby.runs.reader import (
@@ -170,10 +170,10 @@ class RunManager:
         """The other processes, as this one reaches the runs they own."""
         return self._owners
 
-    async def owner_elsewhere(self, account_id: str, conversation_id: str) -> tuple[str, str] | None:
-        """The process that owns the conversation's run, when that is not this one, and the run's id."""
+    async def owner_elsewhere(self, account_id: str, conversation_id: str) -> OwnedRun | None:
+        """The conversation's run, when another process owns it."""
         owned = await self._journal.owner_of_conversation(account_id, conversation_id)
-        return owned if owned is not None and owned[0] != self._leases.holder else None
+        return owned if owned is not None and owned.owner != self._leases.holder else None
 
     def transitions(self, conversation_id: str) -> int:
         """How often a run of the conversation was accepted or finished."""
@@ -677,8 +677,8 @@ class RunManager:
         if run is not None and (run.run_id != run_id or run.account.id != account_id):
             raise NotFound("No such active run")
         made = run.hermes_run_id if run is not None else None
-        if run is None and (owned := await self._journal.owner_of_run(account_id, conversation_id, run_id)):
-            made = owned[1]
+        if run is None and (owned := await self._journal.owner_of_conversation(account_id, conversation_id)):
+            made = owned.hermes_run_id if owned.run_id == run_id else None
         if made is None:
             raise NotFound("No such active run")
         if not made:
@@ -693,10 +693,10 @@ class RunManager:
         A run another process owns is stopped there (unless this is the cancel `forwarded` from another)."""
         run = self._by_conversation.get(conversation_id)
         if run is None and not forwarded:
-            owned = await self._journal.owner_of_run(account_id, conversation_id, run_id)
-            if owned is not None and owned[0] != self._leases.holder:
+            owned = await self.owner_elsewhere(account_id, conversation_id)
+            if owned is not None and owned.run_id == run_id:
                 command = CancelRun(account_id=account_id, conversation_id=conversation_id, run_id=run_id)
-                await self._owners.forward(owned[0], command)
+                await self._owners.forward(owned.owner, command)
                 return
         if run is None or run.run_id != run_id or run.account.id != account_id or run.finished.is_set():
             raise NotFound("No such active run")

@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import msgspec
 
@@ -78,6 +78,15 @@ class JournaledRun(msgspec.Struct, frozen=True, kw_only=True):
     tools: list[ev.ToolState]
     decisions: list[JournaledDecision]
     epoch: int
+
+
+class OwnedRun(NamedTuple):
+    """A run under way as the journal has it: the process that owns it, its id, Hermes's ('' while Hermes
+    makes it)."""
+
+    owner: str
+    run_id: str
+    hermes_run_id: str
 
 
 @dataclass
@@ -201,13 +210,15 @@ class RunJournal:
         def write(conn: Connection) -> bool:
             return conn.execute(_UPDATE, row).rowcount == 1 or _owner(conn, run.run_id) in (owner, None)
 
-        def refused() -> None:
-            if self._entries.pop(run.run_id, None) is not None:
-                entry.closed = True
-                log.warning("run %s: another process owns it now; this one lets it go", run.run_id)
-                self._taken_over(run)
+        return Stamp(write, lambda: self._lost(run))
 
-        return Stamp(write, refused)
+    def _lost(self, run: ActiveRun) -> None:
+        """A write found the run another process's: nothing more of it is written here, and who lets it go is
+        told (once)."""
+        if run.run_id in self._entries:
+            self.close(run)
+            log.warning("run %s: another process owns it now; this one lets it go", run.run_id)
+            self._taken_over(run)
 
     def close(self, run: ActiveRun) -> None:
         """The run is another process's now: nothing more of it is written here."""
@@ -243,10 +254,7 @@ class RunJournal:
                 return True
 
             if await self._quiet_write(run.run_id, what, write) is False:
-                entry.closed = True
-                self._entries.pop(run.run_id, None)
-                log.warning("run %s: another process owns it now; this one lets it go", run.run_id)
-                self._taken_over(run)
+                self._lost(run)
 
     # --- decisions -------------------------------------------------------------------------
 
@@ -265,28 +273,15 @@ class RunJournal:
 
     # --- whose runs ------------------------------------------------------------------------
 
-    async def owner_of_run(self, account_id: str, conversation_id: str, run_id: str) -> tuple[str, str] | None:
-        """The process that owns the account's run, and Hermes's id of it ('' while Hermes makes it); None:
-        no such run under way."""
+    async def owner_of_conversation(self, account_id: str, conversation_id: str) -> OwnedRun | None:
+        """The account's run under way in the conversation, whichever process owns it (None: none)."""
         row = await self._db.run(
             lambda c: c.execute(
-                "SELECT owner, hermes_run_id FROM active_runs WHERE run_id = ? AND conversation_id = ? "
-                "AND account_id = ?",
-                (run_id, conversation_id, account_id),
-            ).fetchone()
-        )
-        return None if row is None else (str(row[0]), str(row[1]))
-
-    async def owner_of_conversation(self, account_id: str, conversation_id: str) -> tuple[str, str] | None:
-        """The process that owns the account's run in the conversation, and the run's id (None: no run under
-        way there)."""
-        row = await self._db.run(
-            lambda c: c.execute(
-                "SELECT owner, run_id FROM active_runs WHERE conversation_id = ? AND account_id = ?",
+                "SELECT owner, run_id, hermes_run_id FROM active_runs WHERE conversation_id = ? AND account_id = ?",
                 (conversation_id, account_id),
             ).fetchone()
         )
-        return None if row is None else (str(row[0]), str(row[1]))
+        return None if row is None else OwnedRun(str(row[0]), str(row[1]), str(row[2]))
 
     async def owner_of_decision(self, account_id: str, decision_id: str) -> str | None:
         """The process that owns the run whose pending decision this is (None: no such decision waits)."""
@@ -304,6 +299,8 @@ class RunJournal:
     async def load(self, run_ids: list[str] | None = None) -> list[JournaledRun]:
         """These runs (None: all) as journaled, their decisions oldest first (one that can't be read is
         dropped)."""
+        if run_ids == []:
+            return []  # none claimed (the keeper's usual pass): nothing to read
         rows, decisions = await self._db.run(lambda conn: _read(conn, run_ids))
         runs: list[JournaledRun] = []
         for row in rows:

@@ -31,10 +31,10 @@ class RunKeeper:
         self._suspects: set[str] = set()  # rows this process owns with no run of its behind them, at the last pass
 
     async def keep(self) -> None:
-        """Until cancelled, every `renew_every` seconds."""
+        """Until cancelled, every `renew_every` seconds (start-up's `reattach` has just done the first pass)."""
         while True:
-            await self.once()
             await asyncio.sleep(self._leases.renew_every)
+            await self.once()
 
     async def once(self) -> None:
         # Judged: the runs journaled before the renewal began (one journaled meanwhile may be missing from it).

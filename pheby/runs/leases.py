@@ -1,7 +1,7 @@
 """Run leases: each run under way has one owner, the process reading its stream, fenced by an epoch.
 
 A run's journal row (`active_runs`) names its owner, an epoch and an expiry. The process that starts a
-run holds it from the first write (epoch 1, `RunJournal.admitted`) and renews the expiry of all its runs
+run holds it from its reservation (epoch 1, `RunJournal.reserved`) and renews the expiry of all its runs
 in one statement every `renew_every` seconds (`renew`). Its journal writes land only where the row still
 names it and that epoch, so an owner paused past its expiry (SIGSTOP, a stalled machine) whose runs were
 taken over meanwhile writes nothing more. Another process takes over a run whose lease ran out, or whose
@@ -17,6 +17,7 @@ check, not into a write.
 import asyncio
 import math
 import secrets
+import socket
 import time
 from collections.abc import Callable
 from typing import Final, NamedTuple
@@ -100,15 +101,16 @@ class RunLeases:
     async def left(self) -> list[LeftRun]:
         """The runs of other owners that may be taken over now: expired, released, or their owner gone."""
         now = self._clock()
+        # Expired, or of this host (whose owner may be gone): the live leases of other hosts are not read.
         rows = await self._db.run(
             lambda c: c.execute(
-                "SELECT run_id, owner, epoch, lease_expires_at FROM active_runs WHERE owner <> ? ORDER BY admitted_at",
-                (self.holder,),
+                "SELECT run_id, owner, epoch, lease_expires_at FROM active_runs "
+                "WHERE owner <> ? AND (lease_expires_at <= ? OR owner LIKE ?) ORDER BY admitted_at",
+                (self.holder, now, f"{socket.gethostname()}:%"),
             ).fetchall()
         )
         found = [LeftRun(str(r[0]), str(r[1]), int(r[2]), holder_gone(str(r[1]))) for r in rows]
-        expired = {str(r[0]) for r in rows if r[3] <= now}
-        return [run for run in found if run.run_id in expired or run.owner_gone]
+        return [run for run, row in zip(found, rows, strict=True) if row[3] <= now or run.owner_gone]
 
     async def claim(self, left: LeftRun) -> int | None:
         """Own the run from now on, its epoch one more; None if another process was first, or its owner

@@ -44,7 +44,7 @@ async def _asked(runs: RunManager, hub: Hub, account_id: str, conversation_id: s
         return None
     try:
         snapshot = await runs.owners.forward(
-            owned[0], SnapshotRun(account_id=account_id, conversation_id=conversation_id)
+            owned.owner, SnapshotRun(account_id=account_id, conversation_id=conversation_id)
         )
     except Unavailable:
         log.warning("conversation %s: its run's owner did not answer; the snapshot shows no run", conversation_id)
