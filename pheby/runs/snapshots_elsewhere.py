@@ -26,9 +26,9 @@ async def settled_with_snapshot_elsewhere(
     The caller's last await before its reply: from the return to the reply, no await."""
     snapshot: RemoteSnapshot | None = None
     for _ in range(TRIES):
-        snapshot = await _asked(runs, hub, account_id, conversation_id)
+        snapshot, reached = await _asked(runs, hub, account_id, conversation_id)
         await hub.settled(account_id)
-        if snapshot is None or not hub.delivered_after(account_id, snapshot.position, conversation_id):
+        if snapshot is None or (reached and not hub.delivered_after(account_id, snapshot.position, conversation_id)):
             return snapshot
     log.warning(
         "conversation %s: its run kept changing while its snapshot was taken; sent as last seen", conversation_id
@@ -36,20 +36,22 @@ async def settled_with_snapshot_elsewhere(
     return snapshot
 
 
-async def _asked(runs: RunManager, hub: Hub, account_id: str, conversation_id: str) -> RemoteSnapshot | None:
+async def _asked(
+    runs: RunManager, hub: Hub, account_id: str, conversation_id: str
+) -> tuple[RemoteSnapshot | None, bool]:
+    """The owner's snapshot, and whether this process has delivered the account's events up to its position."""
     if runs.active(conversation_id) is not None:
-        return None  # here: no await, the snapshot is read at the reply
+        return None, True  # here: no await, the snapshot is read at the reply
     owned = await runs.owner_elsewhere(account_id, conversation_id)
     if owned is None:
-        return None
+        return None, True
     try:
         snapshot = await runs.owners.forward(
             owned.owner, SnapshotRun(account_id=account_id, conversation_id=conversation_id)
         )
     except Unavailable:
         log.warning("conversation %s: its run's owner did not answer; the snapshot shows no run", conversation_id)
-        return None
+        return None, True
     if snapshot is None or snapshot.run is None:
-        return None
-    await hub.reached(account_id, snapshot.position)
-    return snapshot
+        return None, True
+    return snapshot, await hub.reached(account_id, snapshot.position)
