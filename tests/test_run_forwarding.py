@@ -4,13 +4,16 @@ one server; a client of the other stops it, answers its approval and its clarifi
 a snapshot and deletes its conversation, as if it were there. (An owner that does not answer makes a command
 `Unavailable`, never a hang: `tests/test_run_owners.py`.)"""
 
+import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import anyio
 import pytest
 
 from demo_hermes.agent import CLARIFY_CHOICES
 from demo_hermes.newer import STEER_ANSWER_PREFIX
+from hermes_client import HermesClient
 from tests.demo_hermes_process import DemoHermesProcess
 from tests.live_server import LiveServer, free_port
 from tests.server_deployment import opened, started_run, texts
@@ -158,6 +161,81 @@ async def test_deleting_here_a_conversation_whose_run_another_process_owns_stops
     assert deleted["type"] == "conversation.deleted", deleted
     finished = await servers.on_owner.arrived("run.finished", 15, run_id=run_id)
     assert finished["status"] == "cancelled"  # stopped in Hermes by its owner, not left running unseen
+    assert servers.owner.services.runs.active(conversation_id) is None
+
+
+class Gate:
+    """Holds whoever calls `passage` (on any server's thread) until `open`; `reached` tells that one did."""
+
+    def __init__(self) -> None:
+        self._reached, self._open = threading.Event(), threading.Event()
+
+    async def passage(self) -> None:
+        self._reached.set()
+        await anyio.to_thread.run_sync(self._open.wait, 30)
+
+    async def reached(self) -> None:
+        assert await anyio.to_thread.run_sync(self._reached.wait, 15), "nobody reached the gate"
+
+    def open(self) -> None:
+        self._open.set()
+
+
+async def test_a_send_here_while_another_process_deletes_the_conversation_starts_no_run(
+    servers: TwoServers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conversation_id, first = await started_run(servers.on_owner, "hello")  # a Hermes session to delete
+    await servers.on_owner.arrived("run.finished", 15, run_id=first)
+    gate, delete_session = Gate(), HermesClient.delete_session
+
+    async def held_delete(client: HermesClient, session_id: str) -> None:
+        await gate.passage()
+        await delete_session(client, session_id)
+
+    monkeypatch.setattr(HermesClient, "delete_session", held_delete)
+    await servers.on_owner.send("conversation.delete", conversation_id=conversation_id, request_id="delete-1")
+    await gate.reached()  # the delete is under way on the owner's process
+    try:
+        sent = await servers.on_other.request("chat.send", "run.accepted", conversation_id=conversation_id, text="a")
+    finally:
+        gate.open()
+    assert sent["type"] == "error", sent
+    assert sent["error"]["code"] == "conversation_not_found"
+    assert (await servers.on_owner.arrived("conversation.deleted", 20))["conversation_id"] == conversation_id
+    assert servers.other.services.runs.active(conversation_id) is None
+
+
+async def test_a_run_still_starting_elsewhere_when_its_conversation_is_deleted_here_is_stopped_once_made(
+    servers: TwoServers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    created = await servers.on_owner.request("conversation.create", "conversation.created", name="Going")
+    conversation_id = created["conversation_id"]
+    making, create_run = Gate(), HermesClient.create_run
+
+    async def held_create(client: HermesClient, *args: Any, **kwargs: Any) -> Any:
+        await making.passage()
+        return await create_run(client, *args, **kwargs)
+
+    forwarded, runs = threading.Event(), servers.owner.services.runs
+    cancel = runs.cancel
+
+    async def noted_cancel(*args: Any, **kwargs: Any) -> None:
+        forwarded.set()
+        await cancel(*args, **kwargs)
+
+    monkeypatch.setattr(HermesClient, "create_run", held_create)
+    monkeypatch.setattr(runs, "cancel", noted_cancel)
+    await servers.on_owner.send("chat.send", conversation_id=conversation_id, text="/demo slow 400", request_id="s-1")
+    await making.reached()  # the owner reserved the run and is asking Hermes to make it
+    await servers.on_other.send("conversation.delete", conversation_id=conversation_id, request_id="delete-1")
+    try:  # the delete's cancel reaches the owner before the run is made
+        assert await anyio.to_thread.run_sync(forwarded.wait, 15), "no cancel came to the owner"
+    finally:
+        making.open()
+    accepted = await servers.on_owner.arrived("run.accepted", 15)
+    finished = await servers.on_owner.arrived("run.finished", 15, run_id=accepted["run_id"])
+    assert finished["status"] == "cancelled"  # stopped in Hermes once made, not left running in no conversation
+    assert (await servers.on_other.arrived("conversation.deleted", 20))["conversation_id"] == conversation_id
     assert servers.owner.services.runs.active(conversation_id) is None
 
 

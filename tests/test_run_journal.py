@@ -2,6 +2,7 @@
 without sockets: a real database (SQLite, and PostgreSQL), no Hermes (the runs' clients are never called)."""
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 
 import hermes_client as hc
 from pheby.db import Database, open_database
+from pheby.errors import ConversationNotFound
 from pheby.plugin.extras import PluginExtras
 from pheby.protocol import frames as ev
 from pheby.protocol.hub import Hub
@@ -19,7 +21,7 @@ from pheby.runs.journal import RunJournal
 from pheby.runs.reattach import restored
 from pheby.runs.unseen import UnseenApprovals, unseen_request
 from pheby.store.accounts import Account, Accounts
-from pheby.store.conversations import Conversation, Conversations
+from pheby.store.conversations import DELETE_MARK_SECONDS, Conversation, Conversations
 
 pytestmark = [pytest.mark.anyio, pytest.mark.both_engines]
 
@@ -95,6 +97,29 @@ def clarification(run: ActiveRun) -> Decision:
         choices=["staging", "production"],
     )
     return Decision("c1", request, held_id="hermes-c1", by_plugin=True)
+
+
+async def test_no_run_is_reserved_in_a_conversation_being_deleted_or_gone(setup: Setup) -> None:
+    clock = Clock()
+    clock.now = time.time()  # the mark is read against the wall clock, as another process reads it
+    conversations = Conversations(setup.db, clock=clock)
+    run = await setup.run()
+    await conversations.mark_deleting(run.conversation_id)  # a delete under way, on any process
+    with pytest.raises(ConversationNotFound):
+        await setup.journal.reserved(run)
+    await conversations.unmark_deleting(run.conversation_id)  # that delete failed
+    assert await setup.journal.reserved(run)
+    assert await setup.journal.ended(run)
+
+    clock.now = time.time() - DELETE_MARK_SECONDS - 1  # a mark whose process died mid-delete lapses
+    await conversations.mark_deleting(run.conversation_id)
+    assert await setup.journal.reserved(run)
+    assert await setup.journal.ended(run)
+
+    await conversations.delete(setup.account.id, run.conversation_id)
+    with pytest.raises(ConversationNotFound):  # not the database's foreign-key error
+        await setup.journal.reserved(run)
+    assert await setup.rows("active_runs") == 0
 
 
 async def test_a_journaled_run_reads_back_as_it_was_with_its_decisions_oldest_first(setup: Setup) -> None:

@@ -25,7 +25,7 @@ class ConversationDelete(ClientMessage, frozen=True, tag="conversation.delete"):
 async def handle(ctx: WsContext, msg: ConversationDelete) -> None:
     services = ctx.services
     conversation = await services.conversations.get(ctx.account.id, msg.conversation_id)
-    with services.runs.deleting(conversation.id):  # from here on, no new run may start in it
+    async with services.runs.deleting(conversation.id):  # from here on, no new run may start in it, anywhere
         if await _cancel_active_run(services, ctx.account.id, conversation.id):
             # A first run may have just named the conversation's Hermes session: read it again.
             conversation = await services.conversations.get(ctx.account.id, conversation.id)
@@ -54,7 +54,7 @@ async def _cancel_active_run(services: Services, account_id: str, conversation_i
     if run_id is None:
         return False
     try:
-        await services.runs.cancel(account_id, conversation_id, run_id)
+        await services.runs.cancel(account_id, conversation_id, run_id, once_made=True)  # a run still starting too
     except Exception as exc:  # noqa: BLE001 - best effort: the delete goes ahead regardless
         log.warning("deleting conversation %s: its run %s was not cancelled: %s", conversation_id, run_id, exc)
     return True

@@ -29,8 +29,8 @@ async def carry_out(runs: RunManager, hub: Hub, command: RunCommand) -> RemoteSn
             return RemoteSnapshot(
                 run=snapshot, tools=tools, approvals=approvals, clarifications=clarifications, position=position
             )
-        case CancelRun(account_id=account_id, conversation_id=conversation_id, run_id=run_id):
-            await runs.cancel(account_id, conversation_id, run_id, forwarded=True)
+        case CancelRun(account_id=account_id, conversation_id=conversation_id, run_id=run_id, once_made=once_made):
+            await runs.cancel(account_id, conversation_id, run_id, once_made=once_made, forwarded=True)
         case AnswerApproval(account_id=account_id, approval_id=approval_id, choice=choice, request_id=request_id):
             await runs.decision_desk.respond_approval(
                 account_id, approval_id, choice, _unset_if_none(request_id), forwarded=True

@@ -14,7 +14,7 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Protocol
 
 from msgspec import UNSET, UnsetType
@@ -256,12 +256,19 @@ class RunManager:
             run.phase.move("finished")
         run.started.set()  # a reserved run that never starts: whoever waits for its start stops waiting
 
-    @contextlib.contextmanager
-    def deleting(self, conversation_id: str) -> Iterator[None]:
-        """While a conversation is deleted, sends to it are refused (`conversation_not_found`)."""
+    @contextlib.asynccontextmanager
+    async def deleting(self, conversation_id: str) -> AsyncIterator[None]:
+        """While a conversation is deleted, sends to it are refused (`conversation_not_found`), by every process
+        (the conversation's row is marked); a delete that fails takes the mark away."""
         self._deleting.add(conversation_id)
         try:
-            yield
+            await self._conversations.mark_deleting(conversation_id)
+            try:
+                yield
+            except BaseException:
+                with contextlib.suppress(Exception):  # else the mark lapses by itself
+                    await asyncio.shield(self._conversations.unmark_deleting(conversation_id))
+                raise
         finally:
             self._deleting.discard(conversation_id)
 
@@ -689,13 +696,15 @@ class RunManager:
         self, account_id: str, conversation_id: str, run_id: str, *, once_made: bool = False, forwarded: bool = False
     ) -> None:
         """Stop the run and wait (bounded) for it to end. A run Hermes has not made yet is `not_found`, unless
-        its conversation is being deleted or `once_made` (a revoke): then it is stopped as soon as it is made.
+        its conversation is being deleted or `once_made` (a revoke, a delete): then it is stopped as soon as it is made.
         A run another process owns is stopped there (unless this is the cancel `forwarded` from another)."""
         run = self._by_conversation.get(conversation_id)
         if run is None and not forwarded:
             owned = await self.owner_elsewhere(account_id, conversation_id)
             if owned is not None and owned.run_id == run_id:
-                command = CancelRun(account_id=account_id, conversation_id=conversation_id, run_id=run_id)
+                command = CancelRun(
+                    account_id=account_id, conversation_id=conversation_id, run_id=run_id, once_made=once_made
+                )
                 await self._owners.forward(owned.owner, command)
                 return
         if run is None or run.run_id != run_id or run.account.id != account_id or run.finished.is_set():

@@ -15,6 +15,7 @@ class CancelRun(msgspec.Struct, frozen=True, kw_only=True, tag="cancel"):
     account_id: str
     conversation_id: str
     run_id: str
+    once_made: bool = False  # a run Hermes has not made yet is stopped once made (`RunEngine.cancel`)
 
 
 class AnswerApproval(msgspec.Struct, frozen=True, kw_only=True, tag="approval"):

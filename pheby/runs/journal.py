@@ -23,6 +23,7 @@ from typing import Any, Final, NamedTuple
 import msgspec
 
 from pheby.db import Connection, Database, DatabaseError, Row
+from pheby.errors import ConversationNotFound
 from pheby.plugin.extras import PluginExtras
 from pheby.protocol import frames as ev
 from pheby.protocol.hub import Stamp
@@ -126,11 +127,17 @@ class RunJournal:
     async def reserved(self, run: ActiveRun) -> bool:
         """Hold the conversation's one run slot for `run` across processes (this process owns it, epoch 1);
         False if a run of the conversation is under way already, whichever process owns it. Raises
-        `DatabaseError` when that can't be known."""
+        `ConversationNotFound` if the conversation is gone or being deleted (`Conversations.mark_deleting`), by
+        any process, and `DatabaseError` when that can't be known."""
         row = (*_row(run, 0), self.leases.holder, 1, self.leases.expiry())
+        now = time.time()
 
         def reserve(conn: Connection) -> bool:
-            # Writers take turns (`Database.transaction`): no other reservation lands between these two.
+            # Writers take turns (`Database.transaction`): no other reservation, delete or mark lands in between.
+            marked = conn.execute("SELECT deleting_until FROM conversations WHERE id = ?", (run.conversation_id,))
+            conversation = marked.fetchone()
+            if conversation is None or (conversation[0] is not None and conversation[0] > now):
+                raise ConversationNotFound()
             if conn.execute("SELECT 1 FROM active_runs WHERE conversation_id = ?", (run.conversation_id,)).fetchone():
                 return False
             conn.execute(_INSERT, row)

@@ -85,6 +85,10 @@ def _load(conn: Connection, account_id: str, conversation_id: str) -> Conversati
     )
 
 
+# How long a delete's mark holds should its process die mid-delete: longer than a delete takes (a run's cancel,
+# then Hermes's session deletes, each bounded in time).
+DELETE_MARK_SECONDS = 120.0
+
 # (account id, conversation id) → clean up what another domain keeps for a deleted conversation.
 OnDelete = Callable[[str, str], Awaitable[None]]
 
@@ -173,6 +177,20 @@ class Conversations:
         await self._db.run(lambda c: c.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,)))
         for hook in self._on_delete:
             await hook(account_id, conversation_id)
+
+    async def mark_deleting(self, conversation_id: str) -> None:
+        """Until the delete ends (or `DELETE_MARK_SECONDS` pass), no process reserves a run in the conversation
+        (`RunJournal.reserved`)."""
+        until = self._clock() + DELETE_MARK_SECONDS
+        await self._db.transaction(
+            lambda c: c.execute("UPDATE conversations SET deleting_until = ? WHERE id = ?", (until, conversation_id))
+        )
+
+    async def unmark_deleting(self, conversation_id: str) -> None:
+        """The delete did not happen: runs may start in the conversation again."""
+        await self._db.transaction(
+            lambda c: c.execute("UPDATE conversations SET deleting_until = NULL WHERE id = ?", (conversation_id,))
+        )
 
     async def set_yolo(self, account_id: str, conversation_id: str, enabled: bool) -> Conversation:
         await self.get(account_id, conversation_id)
