@@ -29,7 +29,8 @@ from moto.server import ThreadedMotoServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
-from storage import BlobStore, LocalDiskStore, S3Store
+from storage import BlobStore, LocalDiskStore
+from storage.s3 import S3Store
 
 MiB = 1024 * 1024
 SIZE = 64 * MiB

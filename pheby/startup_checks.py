@@ -22,7 +22,6 @@ from pheby.errors import DatabaseUnavailable
 from pheby.process_lease import ServerLease
 from pheby.readiness import ProbeFailed, hermes_health, storage_problem
 from pheby.settings import Settings
-from storage import S3Store
 
 log = logging.getLogger("pheby.startup")
 
@@ -93,6 +92,8 @@ def check_data_dir(data_dir: Path) -> None:
 
 async def check_bucket(settings: Settings) -> None:
     """HEAD the bucket with the same client configuration the server will use."""
+    from storage.s3 import S3Store  # boto3 is imported where S3 is used
+
     store = S3Store(settings.s3_bucket, prefix=settings.s3_prefix, endpoint_url=settings.s3_endpoint_url or None)
     try:
         problem = await storage_problem(store, BUCKET_TIMEOUT_SECONDS)

@@ -22,7 +22,7 @@ import pytest
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from werkzeug.serving import make_server
 
-from storage import S3Store
+from storage.s3 import S3Store
 
 
 class CuttableS3Server:

@@ -64,7 +64,7 @@ def storage_settings(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyP
     }.items():
         monkeypatch.setenv(name, value)
     with mock_aws():
-        from storage import S3Store
+        from storage.s3 import S3Store
 
         store = S3Store(BUCKET)
         store.client.create_bucket(Bucket=BUCKET)

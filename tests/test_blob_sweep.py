@@ -16,7 +16,8 @@ from handlers.support.app import create_app
 from pheby.services import Services
 from pheby.settings import Settings
 from scheduler.blob_sweep import sweep_blobs
-from storage import LocalDiskStore, S3Store
+from storage import LocalDiskStore
+from storage.s3 import S3Store
 from tests.conftest import TEST_SECRET, StartUpSweep
 from tests.s3_server import CuttableS3Server
 

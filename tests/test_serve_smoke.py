@@ -33,7 +33,7 @@ from pheby import server as pheby_server
 from pheby.server import WS_MAX_SIZE, JsonFormatter, PhebyServer, build_uvicorn_config, drop_query_string
 from pheby.settings import Settings
 from pheby.startup_checks import StartupRefused, check_data_dir, run_startup_checks
-from storage import S3Store
+from storage.s3 import S3Store
 from tests.live_server import free_port
 from tests.s3_server import CuttableS3Server
 from tests.ws_client import PhebyClient

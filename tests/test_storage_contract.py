@@ -25,10 +25,10 @@ from storage import (
     BlobTooLarge,
     InvalidKey,
     LocalDiskStore,
-    S3Store,
     StorageError,
     open_blob_store,
 )
+from storage.s3 import S3Store
 
 pytestmark = pytest.mark.anyio
 

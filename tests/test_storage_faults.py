@@ -16,7 +16,8 @@ import httpx
 import pytest
 
 from pheby.settings import Settings
-from storage import BlobReader, S3Store, StorageError
+from storage import BlobReader, StorageError
+from storage.s3 import S3Store
 from tests.files import PNG_1PX
 from tests.live_server import LiveServer, free_port
 from tests.s3_server import CuttableS3Server
