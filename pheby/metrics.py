@@ -12,6 +12,10 @@ from functools import cache
 
 from prometheus_client import Counter, Gauge, Histogram
 
+# --- the process --------------------------------------------------------------------------------
+GC_FROZEN_OBJECTS = Gauge("pheby_gc_frozen_objects", "Objects start-up left, frozen out of collections (gc.freeze)")
+GC_THRESHOLD = Gauge("pheby_gc_threshold", "The garbage collector's threshold, by generation", ["generation"])
+
 # --- WebSockets ---------------------------------------------------------------------------------
 WS_CONNECTIONS = Gauge("pheby_ws_connections", "Authenticated WebSocket connections open")
 WS_SOCKETS = Gauge("pheby_ws_sockets", "WebSockets open, before or after hello")
@@ -22,6 +26,10 @@ FRAMES_SENT = Counter("pheby_ws_frames_sent_total", "Frames queued to WebSocket 
 SEND_QUEUE_BYTES = Gauge("pheby_ws_send_queue_bytes", "Bytes owed to WebSocket clients, all connections together")
 BACKPRESSURE_CLOSES = Counter(
     "pheby_ws_backpressure_closes_total", "WebSockets closed (1013) because their client did not read fast enough"
+)
+DELTAS_FOLDED = Counter(
+    "pheby_ws_deltas_folded_total",
+    "Append deltas folded into one of the same message still waiting in a connection's queue (the socket was behind)",
 )
 EVENT_TO_FRAME = Histogram(
     "pheby_ws_event_to_frame_seconds",

@@ -96,7 +96,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     # PHEBY_WS_DELTA_WINDOW_MS: at most one `message.delta` per run per this many ms (0: every delta).
     ws_delta_window_ms: Annotated[int, msgspec.Meta(ge=0, le=10_000)] = 100
     # PHEBY_WS_APPEND_WINDOW_MS: the same for connections that asked for append deltas (`delta_append`).
-    ws_append_window_ms: Annotated[int, msgspec.Meta(ge=0, le=10_000)] = 30
+    ws_append_window_ms: Annotated[int, msgspec.Meta(ge=0, le=10_000)] = 0
     # PHEBY_WS_COMPRESSION: accept permessage-deflate from clients that offer it.
     ws_compression: bool = True
     # PHEBY_BODY_IDLE_TIMEOUT: seconds a request body may stall (no bytes at all) before a 408.

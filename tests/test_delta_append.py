@@ -16,7 +16,7 @@ import pytest
 from pheby.protocol import append as append_module
 from pheby.protocol import hub as hub_module
 from pheby.protocol.append import AppendDrafts, common_prefix_length, granted
-from pheby.protocol.coalesce import CoalescingHub
+from pheby.protocol.coalesce import FULL_WINDOW_CHARS, CoalescingHub
 from pheby.protocol.frames import (
     ConversationHistory,
     MessageComplete,
@@ -160,7 +160,7 @@ async def test_an_append_client_rebuilds_every_cumulative_text_through_retractio
         )
     )
     # The slow client stops reading: its writer holds the next frame, the one after it waits in its queue,
-    # and the third takes its place (merged, so it carries the whole text).
+    # and the third is folded into it (one frame, from where the waiting one started to the newest text).
     slow.open.clear()
     for count, text in enumerate(texts[4:], 6):
         if count == 8:
@@ -180,11 +180,11 @@ async def test_an_append_client_rebuilds_every_cumulative_text_through_retractio
     assert [f["text"] for f in cumulative.frames if f["type"] == "message.delta"] == texts
     assert drafts(fast.frames, MESSAGE) == texts
     assert offsets(fast.frames) == [0, 4, 11, 11, 0, 15, 18]  # the retraction (11 < 13), the snapshot (0)
-    assert drafts(slow.frames, MESSAGE) == texts[:5] + texts[6:]  # the merged delta jumps to the newest text
-    assert offsets(slow.frames) == [0, 4, 11, 11, 11, 0]  # ... and carries it whole
+    assert drafts(slow.frames, MESSAGE) == texts[:5] + texts[6:]  # the folded delta jumps to the newest text
+    assert offsets(slow.frames) == [0, 4, 11, 11, 11, 15]  # ... from where the one it replaced started
     if packed:  # every continuation positional; whatever carries the whole text names the stream
         assert packed_shapes(fast) == ["whole+stream", "packed", "packed", "packed", "whole+stream", "packed", "packed"]
-        assert packed_shapes(slow) == ["whole+stream", "packed", "packed", "packed", "packed", "whole+stream"]
+        assert packed_shapes(slow) == ["whole+stream", "packed", "packed", "packed", "packed", "packed"]
         assert len({f["stream"] for s in (fast, slow) for f in s.frames if "stream" in f}) == 1
     else:  # a delta_append client without delta_packed: objects, as before, no stream named
         assert set(packed_shapes(fast) + packed_shapes(slow)) == {"object"}
@@ -233,21 +233,22 @@ async def test_each_form_of_an_event_is_encoded_once_however_many_connections(mo
 async def test_the_shorter_append_window_paces_the_reader_and_cumulative_clients_keep_theirs() -> None:
     hub = CoalescingHub(delta_window_seconds=0.2, append_window_seconds=0.02)
     _, cumulative = connect(hub, delta_append=False)
+    a = "a" * FULL_WINDOW_CHARS  # a draft long enough for the cumulative window to be whole (`growing_window`)
     assert hub.delta_held_for(MESSAGE) == 0.0
-    hub.broadcast(ACCOUNT, delta("a"))
+    hub.broadcast(ACCOUNT, delta(a))
     assert hub.delta_held_for(MESSAGE) == pytest.approx(0.2, abs=0.01)  # no append client: the long window
     _, appending = connect(hub, delta_append=True)
     for index in range(12):  # 12 drafts over ~0.24 s
-        hub.broadcast(ACCOUNT, delta("a" + " b" * (index + 1)))
+        hub.broadcast(ACCOUNT, delta(a + " b" * (index + 1)))
         if index == 0:
             assert hub.delta_held_for(MESSAGE) <= 0.021  # the append window, now open, is the shorter
         await asyncio.sleep(0.02)
-    hub.broadcast(ACCOUNT, MessageComplete(conversation_id=CONVERSATION, message_id=MESSAGE, text="a" + " b" * 12))
+    hub.broadcast(ACCOUNT, MessageComplete(conversation_id=CONVERSATION, message_id=MESSAGE, text=a + " b" * 12))
     await until(lambda: any(f["type"] == "message.complete" for f in appending.frames), "the message completed")
     cumulative_deltas = [f for f in cumulative.frames if f["type"] == "message.delta"]
     append_deltas = [f for f in appending.frames if f["type"] == "message.delta"]
     assert len(cumulative_deltas) <= 4 < len(append_deltas)
-    assert drafts(appending.frames, MESSAGE)[-1] == cumulative_deltas[-1]["text"] == "a" + " b" * 12
+    assert drafts(appending.frames, MESSAGE)[-1] == cumulative_deltas[-1]["text"] == a + " b" * 12
     assert hub.coalescer.pending_messages() == hub.append_coalescer.pending_messages() == 0
 
 

@@ -7,9 +7,13 @@ connections and its generation (a count of those sends); each connection remembe
 holds (`Connection.draft_generation`). A connection holding the previous generation gets the
 continuation (`offset` is where the two drafts part, usually the old draft's length; smaller when the
 visible draft shrank, a `MEDIA:` tag being hidden); any other gets the whole text (`offset` 0): the
-first delta of a message, one after a reconnect snapshot (`Connection.forget_draft`), and one that
-replaces a delta still waiting in the connection's queue (`Connection.holds_unsent_delta`), merged.
-Each form of an event is encoded once, however many connections take it.
+first delta of a message, and one after a reconnect snapshot (`Connection.forget_draft`).
+
+Deltas are sent as they come; they are batched only where a connection is behind. A delta of a message
+whose previous delta still waits in the connection's queue (`Connection.unsent_offset`) is folded into it:
+one frame from where the waiting one starts in the client's draft (the lesser of the two offsets, so a
+retraction stays exact) to the newest text. Each form of an event is encoded once, however many
+connections take it.
 
 A connection also granted `delta_packed` gets the continuation as a `PackedAppend`, `["d", stream,
 offset, append]`, and the whole text with the message's `stream` number, which those frames name it by.
@@ -89,6 +93,31 @@ class _Frame:
         return self._frame
 
 
+class _Forms:
+    """The frames of one delta, by where their text starts in the client's draft and whether packed, each
+    encoded once: at 0, the whole text (naming the stream when packed: the client may not know it yet)."""
+
+    __slots__ = ("_event", "_frames", "_stream")
+
+    def __init__(self, event: MessageDelta, stream: int) -> None:
+        self._event = event
+        self._stream = stream
+        self._frames: dict[tuple[int, bool], _Frame] = {}
+
+    def at(self, offset: int, *, packed: bool) -> tuple[str, int]:
+        frame = self._frames.get((offset, packed))
+        if frame is None:
+            event, append = self._event, self._event.text[offset:]
+            if offset == 0:
+                frame = _Frame(AppendDrafts.message_append(event, 0, append, self._stream if packed else None))
+            elif packed:
+                frame = _Frame(PackedAppend(stream=self._stream, offset=offset, append=append))
+            else:
+                frame = _Frame(AppendDrafts.message_append(event, offset, append))
+            self._frames[(offset, packed)] = frame
+        return frame.get()
+
+
 class AppendDrafts:
     """The drafts the append connections were last sent, by message, while their runs stream."""
 
@@ -101,22 +130,16 @@ class AppendDrafts:
         draft = self._drafts.get(event.message_id)
         generation = 1 if draft is None else draft.generation + 1
         stream = next(self._streams) if draft is None else draft.stream
-        whole = _Frame(self._append(event, 0, event.text))
-        whole_packed = _Frame(self._append(event, 0, event.text, stream))
-        continuation, continuation_packed = whole, whole_packed
-        if draft is not None:
-            offset = common_prefix_length(draft.text, event.text)
-            continuation = _Frame(self._append(event, offset, event.text[offset:]))
-            continuation_packed = _Frame(PackedAppend(stream=stream, offset=offset, append=event.text[offset:]))
+        forms = _Forms(event, stream)
+        offset = 0 if draft is None else common_prefix_length(draft.text, event.text)
         for connection in connections:
-            merge = connection.holds_unsent_delta(event.message_id)
             holds_previous = draft is not None and connection.draft_generation(event.message_id) == draft.generation
-            if holds_previous and not merge:
-                chosen = continuation_packed if connection.delta_packed else continuation
-            else:
-                chosen = whole_packed if connection.delta_packed else whole
-            frame, size = chosen.get()
-            connection.send_delta(frame, size, arrived, event.message_id, generation, merge=merge)
+            at = offset if holds_previous else 0
+            waiting = connection.unsent_offset(event.message_id)
+            if waiting is not None:  # folded into the delta still waiting: from where that one starts
+                at = min(at, waiting)
+            frame, size = forms.at(at, packed=connection.delta_packed)
+            connection.send_delta(frame, size, arrived, event.message_id, generation, at)
         if draft is None:
             self._drafts[event.message_id] = _Draft(event.conversation_id, event.text, generation, stream)
         else:
@@ -141,7 +164,7 @@ class AppendDrafts:
         return len(self._drafts)
 
     @staticmethod
-    def _append(event: MessageDelta, offset: int, append: str, stream: int | None = None) -> MessageAppend:
+    def message_append(event: MessageDelta, offset: int, append: str, stream: int | None = None) -> MessageAppend:
         return MessageAppend(
             conversation_id=event.conversation_id,
             message_id=event.message_id,

@@ -1,8 +1,9 @@
 """Coalescing of a run's cumulative `message.delta` events before they fan out.
 
 Every `message.delta` carries the whole draft so far, so a client needs only the newest one. Per
-message (`message_id`), the first delta goes out at once; after it, at most one per window, always
-the newest text, sent by a timer at the end of the window, or a few ms before it by the run's
+message (`message_id`), the first delta goes out at once; after it, at most one per window (a window
+that grows with the draft, `growing_window`: a short answer is not held back long, a long one's frames
+are few), always the newest text, sent by a timer at the end of the window, or a few ms before it by the run's
 reader once it has read the window's events (`send_window_early`). Any other event broadcast to the
 account first sends that account's pending deltas, so the order the spec defines (text before the
 `tool.event`, `approval.request`, `message.complete`, ... that follows it) is unchanged and no
@@ -13,8 +14,10 @@ A reconnect snapshot (`conversation.open`) is the run's draft, which is the text
 delta broadcast; a pending delta sent after the snapshot therefore repeats the snapshot's text,
 never an older one.
 
-Connections that asked for append deltas (`pheby.protocol.append`) have a coalescer of their own, with
-a shorter window: their frames carry only the new text, so more of them cost little.
+Connections that asked for append deltas (`pheby.protocol.append`) have a coalescer of their own, whose
+window is 0 unless an operator sets one (`PHEBY_WS_APPEND_WINDOW_MS`): their frames carry only the new
+text, so each delta goes out as it comes, and deltas are batched only where a socket is behind
+(`pheby.protocol.hub.Connection.send_delta` folds them).
 """
 
 import asyncio
@@ -28,7 +31,16 @@ from pheby.protocol.hub import EVENT_ARRIVED, Hub
 
 Forward = Callable[[str, Event], None]
 DEFAULT_WINDOW_SECONDS = 0.1
-DEFAULT_APPEND_WINDOW_SECONDS = 0.03
+DEFAULT_APPEND_WINDOW_SECONDS = 0.0  # append deltas go out as they come, folded where a socket is behind
+FULL_WINDOW_CHARS = 2000  # a cumulative draft this long waits the whole window between frames
+SHORTEST_WINDOW_SECONDS = 0.01
+
+
+def growing_window(window: float, length: int) -> float:
+    """A cumulative client's window after a draft of `length` characters: the whole `window` for a long draft
+    (each frame carries all of it: fewer frames, fewer bytes), a share of it for a short one, so a short
+    answer is not held back the whole window; never under `SHORTEST_WINDOW_SECONDS` (nor over `window`)."""
+    return min(window, max(SHORTEST_WINDOW_SECONDS, window * length / FULL_WINDOW_CHARS))
 
 
 @dataclass
@@ -46,13 +58,22 @@ class _Stream:
 class DeltaCoalescer:
     """Sits in front of `forward(account_id, event)` (the hub's broadcast) and thins out deltas.
 
-    `window_seconds` 0 forwards every event as it comes. `loop` is for tests (a fake clock); by
-    default the running loop is used.
+    `window_seconds` 0 forwards every event as it comes; `grows`: the window after a delta is
+    `growing_window` of its text's length. `loop` is for tests (a fake clock); by default the running loop
+    is used.
     """
 
-    def __init__(self, forward: Forward, window_seconds: float, loop: asyncio.AbstractEventLoop | None = None) -> None:
+    def __init__(
+        self,
+        forward: Forward,
+        window_seconds: float,
+        loop: asyncio.AbstractEventLoop | None = None,
+        *,
+        grows: bool = False,
+    ) -> None:
         self._forward = forward
         self._window = window_seconds
+        self._grows = grows
         self._loop = loop
         self._streams: dict[str, _Stream] = {}  # by message_id
         self._by_account: dict[str, dict[str, _Stream]] = {}  # account -> message_id -> stream, in start order
@@ -102,7 +123,8 @@ class DeltaCoalescer:
         delta per window."""
         stream = self._streams.get(message_id)
         if stream is not None and stream.pending is not None:
-            self._send_pending(message_id, stream, next_window_ends=stream.window_ends + self._window)
+            window = self._window_after(stream.pending)
+            self._send_pending(message_id, stream, next_window_ends=stream.window_ends + window)
 
     def forget(self, message_id: str) -> None:
         """Drop the message's window and its held delta, unsent (nobody takes this form now)."""
@@ -119,15 +141,17 @@ class DeltaCoalescer:
             stream.arrived = EVENT_ARRIVED.get()
             return
         self._forward(account_id, event)  # the first text of a window goes out at once
-        stream = _Stream(account_id, event.conversation_id, None, *self._new_window(event.message_id))
+        window = self._new_window(event.message_id, self._time() + self._window_after(event))
+        stream = _Stream(account_id, event.conversation_id, None, *window)
         self._streams[event.message_id] = stream
         self._by_account.setdefault(account_id, {})[event.message_id] = stream
 
-    def _new_window(self, message_id: str, ends: float | None = None) -> tuple[asyncio.TimerHandle, float]:
-        """The timer that ends a new window of the message, and when it ends (loop time; by default one
-        window from now)."""
+    def _window_after(self, event: MessageDelta) -> float:
+        return growing_window(self._window, len(event.text)) if self._grows else self._window
+
+    def _new_window(self, message_id: str, ends: float) -> tuple[asyncio.TimerHandle, float]:
+        """The timer that ends a new window of the message at `ends` (loop time), and when it ends."""
         loop = self._loop or asyncio.get_running_loop()
-        ends = loop.time() + self._window if ends is None else ends
         return loop.call_at(ends, self._window_ended, message_id), ends
 
     def _time(self) -> float:
@@ -145,6 +169,8 @@ class DeltaCoalescer:
     def _send_pending(self, message_id: str, stream: _Stream, next_window_ends: float | None = None) -> None:
         event, stream.pending = stream.pending, None
         stream.timer.cancel()
+        if next_window_ends is None:
+            next_window_ends = self._time() + (self._window if event is None else self._window_after(event))
         stream.timer, stream.window_ends = self._new_window(message_id, next_window_ends)
         if event is not None:
             arrived = EVENT_ARRIVED.set(stream.arrived)  # a held delta counts from its own event's arrival
@@ -167,9 +193,10 @@ class DeltaCoalescer:
 
 class CoalescingHub(Hub):
     """The hub, with every broadcast passing through `DeltaCoalescer`s first: one for the connections that
-    take cumulative deltas (`delta_window_seconds`), one for those that asked for append deltas, whose
-    frames are small, so their window is shorter (`append_window_seconds`). An account with no append
-    connection feeds only the first. The run's reader follows the shorter window of those holding text.
+    take cumulative deltas (`delta_window_seconds`, growing with the draft), one for those that asked for
+    append deltas, whose frames are small (`append_window_seconds`, by default 0: none held). An account
+    with no append connection feeds only the first. The run's reader follows the shorter window of those
+    holding text.
 
     Other arguments go to `Hub` unchanged.
     """
@@ -182,7 +209,7 @@ class CoalescingHub(Hub):
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
-        self.coalescer = DeltaCoalescer(partial(self.deliver, form="cumulative"), delta_window_seconds)
+        self.coalescer = DeltaCoalescer(partial(self.deliver, form="cumulative"), delta_window_seconds, grows=True)
         self.append_coalescer = DeltaCoalescer(partial(self.deliver, form="append"), append_window_seconds)
         self._coalescers = (self.coalescer, self.append_coalescer)
 

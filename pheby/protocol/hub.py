@@ -59,6 +59,10 @@ DeltaForm = Literal["cumulative", "append"]  # how a connection takes `message.d
 EVENT_ARRIVED: ContextVar[float | None] = ContextVar("event_arrived", default=None)
 
 
+def _now_or(arrived: float | None) -> float:
+    return time.monotonic() if arrived is None else arrived
+
+
 def utf8_size(frame: str) -> int:
     """The frame's size on the wire; `isascii` is O(1), so the common case costs no encoding."""
     return len(frame) if frame.isascii() else len(frame.encode())
@@ -66,12 +70,14 @@ def utf8_size(frame: str) -> int:
 
 @dataclass(slots=True)
 class _Queued:
-    """A frame waiting in a connection's queue; `delta_of`: the message, for an append delta."""
+    """A frame waiting in a connection's queue; for an append delta, `delta_of` its message and `offset` where
+    its text goes in the client's draft."""
 
     frame: str
     size: int
     arrived: float
     delta_of: str | None
+    offset: int = 0
 
 
 class Connection:
@@ -120,6 +126,9 @@ class Connection:
         self.delta_append = delta_append
         self.delta_packed = delta_append and delta_packed  # its continuations positional (`PackedAppend`)
         self._drafts: dict[str, int] = {}
+        # Each message's append delta still waiting in the queue with no other frame but other messages' deltas
+        # after it: a newer delta of the message is folded into it (`send_delta`), not queued behind it.
+        self._unsent: dict[str, _Queued] = {}
 
     def start(self) -> None:
         self._writer = asyncio.create_task(self._write_loop(), name=f"ws-writer-{self.id}")
@@ -130,48 +139,63 @@ class Connection:
         One frame larger than the bound may still go out when nothing else is owed. `arrived`: when its
         event arrived (default: now).
         """
-        self._enqueue(frame, size, arrived, None)
+        self._unsent.clear()  # deltas queued before this frame stay before it
+        self._enqueue(_Queued(frame, utf8_size(frame) if size is None else size, _now_or(arrived), None))
 
     def send_delta(
-        self, frame: str, size: int, arrived: float | None, message_id: str, generation: int, *, merge: bool
+        self, frame: str, size: int, arrived: float | None, message_id: str, generation: int, offset: int
     ) -> None:
-        """Queue an append delta of `message_id` that brings the client to draft `generation`; `merge`: it
-        replaces the message's delta waiting last in the queue (`holds_unsent_delta`), so it must carry
-        the whole text."""
-        replaced = self._queue.pop() if merge and self.holds_unsent_delta(message_id) else None
-        if replaced is not None:
-            self._owed_bytes -= replaced.size
-            arrived = replaced.arrived  # the text it carried has waited since then
+        """Queue an append delta of `message_id` that brings the client to draft `generation`, its text going at
+        `offset` of the client's draft. When the message's delta still waits (`unsent_offset`), this one takes
+        its place and keeps its arrival: then it must bring the client from the draft that one started from
+        (`pheby.protocol.append` folds the two)."""
         self._drafts[message_id] = generation
-        self._enqueue(frame, size, arrived, message_id)
+        waiting = self._unsent.get(message_id)
+        if waiting is None:
+            queued = _Queued(frame, size, _now_or(arrived), message_id, offset)
+            if self._enqueue(queued):
+                self._unsent[message_id] = queued
+            return
+        if self._owed_bytes - waiting.size + size > self._max_bytes:
+            self._overflow("bytes owed past the bound")
+            return
+        metrics.DELTAS_FOLDED.inc()
+        self._owed_bytes += size - waiting.size
+        waiting.frame, waiting.size, waiting.offset = frame, size, offset  # in place: its turn in the queue stays
+
+    def unsent_offset(self, message_id: str) -> int | None:
+        """Where the message's append delta still waiting in the queue goes in the client's draft (None: none
+        waits, or another frame was queued after it)."""
+        waiting = self._unsent.get(message_id)
+        return None if waiting is None else waiting.offset
 
     def holds_unsent_delta(self, message_id: str) -> bool:
-        """Whether the queue's last frame is an append delta of the message, not yet being written: a newer
-        one may take its place, with no frame between them to keep in order."""
-        last = self._queue[-1] if self._queue else None
-        return last is not None and last.delta_of == message_id
+        """Whether an append delta of the message waits in the queue, not yet being written, with nothing after
+        it that must stay after it: a newer one is folded into it."""
+        return message_id in self._unsent
 
     def draft_generation(self, message_id: str) -> int | None:
         return self._drafts.get(message_id)
 
     def forget_draft(self, message_id: str) -> None:
         """The client's draft of the message is no longer the last one sent (a snapshot replaced it, or the
-        message ended): its next delta carries the whole text."""
+        message ended): its next delta carries the whole text, queued on its own."""
         self._drafts.pop(message_id, None)
+        self._unsent.pop(message_id, None)
 
-    def _enqueue(self, frame: str, size: int | None, arrived: float | None, delta_of: str | None) -> None:
+    def _enqueue(self, queued: _Queued) -> bool:
         if self.closed.is_set():
-            return
-        size = utf8_size(frame) if size is None else size
-        if self._owed_bytes and self._owed_bytes + size > self._max_bytes:
+            return False
+        if self._owed_bytes and self._owed_bytes + queued.size > self._max_bytes:
             self._overflow("bytes owed past the bound")
-            return
+            return False
         if len(self._queue) >= self._max_frames:
             self._overflow("send queue full")
-            return
-        self._queue.append(_Queued(frame, size, time.monotonic() if arrived is None else arrived, delta_of))
+            return False
+        self._queue.append(queued)
         self._queued.set()
-        self._owed_bytes += size
+        self._owed_bytes += queued.size
+        return True
 
     def send(self, event: Event) -> None:
         encoded = encode_event(event)
@@ -218,9 +242,11 @@ class Connection:
                 while not self._queue:
                     self._queued.clear()
                     await self._queued.wait()
-                item = self._queue.popleft()  # out of the queue while it is written: no longer merged into
+                item = self._queue.popleft()  # out of the queue while it is written: no longer folded into
                 if item is None or self.closed.is_set():
                     return
+                if item.delta_of is not None and self._unsent.get(item.delta_of) is item:
+                    del self._unsent[item.delta_of]
                 await self._send_text(item.frame)
                 self._owed_bytes -= item.size
                 metrics.EVENT_TO_FRAME.observe(time.monotonic() - item.arrived)
