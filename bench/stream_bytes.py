@@ -349,28 +349,29 @@ def report(results: dict[str, list[RunResult]], args: argparse.Namespace, server
     for form in (f for f in APPEND_FORMS if f in forms):
         checks += [
             (
-                f"{form}, deflate: added p99 <= {TARGET_APPEND_ADDED_P99_MS:g} ms",
-                added(form, "deflate"),
-                TARGET_APPEND_ADDED_P99_MS,
-                "ms",
-            ),
-            (
-                f"{form}, deflate: wire <= {TARGET_APPEND_WIRE_DEFLATE:g}x the answer",
-                case(form, "deflate").wire,
-                TARGET_APPEND_WIRE_DEFLATE,
-                "x",
-            ),
-            (
                 f"{form}, deflate: CPU <= {TARGET_APPEND_CPU_RATIO:g}x every delta forwarded",
                 cpu_ratio(form, "deflate"),
                 TARGET_APPEND_CPU_RATIO,
                 "x",
             ),
         ]
-    if "packed" in forms:  # what a client without compression asks for: objects' keys and ids outweigh their text
-        checks.append(
-            ("packed, no compression: wire <= 4x the answer", case("packed", None).wire, TARGET_APPEND_WIRE_PLAIN, "x")
-        )
+    if "packed" in forms:  # what Pheby Web asks for
+        checks += [
+            (
+                f"packed, deflate: added p99 <= {TARGET_APPEND_ADDED_P99_MS:g} ms",
+                added("packed", "deflate"),
+                TARGET_APPEND_ADDED_P99_MS,
+                "ms",
+            ),
+            (
+                f"packed, deflate: wire <= {TARGET_APPEND_WIRE_DEFLATE:g}x the answer",
+                case("packed", "deflate").wire,
+                TARGET_APPEND_WIRE_DEFLATE,
+                "x",
+            ),
+            # What a client without compression asks for: objects' keys and ids outweigh their text.
+            ("packed, no compression: wire <= 4x the answer", case("packed", None).wire, TARGET_APPEND_WIRE_PLAIN, "x"),
+        ]
     if "cumulative" in forms:
         checks += [
             (
@@ -389,7 +390,10 @@ def report(results: dict[str, list[RunResult]], args: argparse.Namespace, server
     for name, figure, target, unit in checks:
         print(f"target: {name}: {'met' if figure <= target else 'NOT met'} ({figure:.2f} {unit})")
     if "append" in forms:
-        print(f"informational: append objects, no compression: wire {case('append', None).wire:.2f}x the answer")
+        print(
+            f"informational: append objects: wire {case('append', 'deflate').wire:.2f}x the answer with deflate, "
+            f"{case('append', None).wire:.2f}x without; added p99 {added('append', 'deflate'):.2f} ms with deflate"
+        )
     if len(forms) == len(FORMS):
         every = table[label(0, "cumulative", "deflate")].cpu
         print(

@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import AsyncGenerator, Callable, Coroutine
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import httpx
 
@@ -77,9 +77,17 @@ def raise_nofile_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
+GC_AS_CPYTHON_SETS_IT: Final = "PHEBY_BENCH_GC_UNTUNED"  # set: the server child keeps CPython's collector settings
+
+
 def serve_child(flags_json: str) -> None:
-    """A benchmark's `--serve-child` mode: run the server (settings from JSON flags) until SIGTERM."""
+    """A benchmark's `--serve-child` mode: run the server (settings from JSON flags) until SIGTERM; with
+    `GC_AS_CPYTHON_SETS_IT` in its environment, without `pheby.gc_tuning` (to measure what it does)."""
     raise_nofile_limit()
+    if os.environ.get(GC_AS_CPYTHON_SETS_IT):
+        from pheby import gc_tuning
+
+        gc_tuning.tune_after_start_up = lambda: None
     settings = load_settings({}, **json.loads(flags_json))
     serve(settings, create_app(settings))
 

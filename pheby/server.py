@@ -17,7 +17,7 @@ from types import FrameType
 import uvicorn
 from litestar import Litestar
 
-from pheby.gc_tuning import tune_after_start_up
+from pheby import gc_tuning
 from pheby.protocol.ws_compression import CompressedWebSocketProtocol
 from pheby.protocol.ws_protocol import PhebyWebSocketProtocol
 from pheby.services import Services
@@ -140,7 +140,7 @@ class PhebyServer(uvicorn.Server):
             self._tick.set_result(None)
 
     async def main_loop(self) -> None:
-        tune_after_start_up()  # the lifespan's start-up is over: what it made lives as long as the process
+        gc_tuning.tune_after_start_up()  # the lifespan's start-up is over: what it made lives as long as the process
         self._loop = loop = asyncio.get_running_loop()
         counter = 0  # uvicorn renews the Date header when the counter is a multiple of 10
         should_exit = await self.on_tick(counter)

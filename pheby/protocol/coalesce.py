@@ -32,7 +32,7 @@ from pheby.protocol.hub import EVENT_ARRIVED, Hub
 Forward = Callable[[str, Event], None]
 DEFAULT_WINDOW_SECONDS = 0.1
 DEFAULT_APPEND_WINDOW_SECONDS = 0.0  # append deltas go out as they come, folded where a socket is behind
-FULL_WINDOW_CHARS = 2000  # a cumulative draft this long waits the whole window between frames
+FULL_WINDOW_CHARS = 500  # a cumulative draft this long waits the whole window between frames
 SHORTEST_WINDOW_SECONDS = 0.01
 
 
