@@ -40,7 +40,8 @@ pacing `--delta-delay` (50 ms, `/demo slow`'s pacing) between one-word deltas. A
 N runs over N / `--runs-per-account` accounts, one socket per account (so each run's events go to
 one socket), each run in a conversation of its own: the conversations are made first, then the
 `chat.send`s are spread over N x 5 ms and every run streams a plain message of about `--seconds` of
-deltas ("You said: <tag> <words>"). The server's delta window is the default, 100 ms. With
+deltas ("You said: <tag> <words>"). The server's delta window is the default, 100 ms; `--packed` clients
+ask for packed append deltas, as Pheby Web does (their window: `--append-window-ms`, 0 by default). With
 `--with-idle N`, N idle authenticated sockets are opened first and held through the steps.
 - Latency of a delta: from its emission (the `timestamp` the demo Hermes puts on it; one machine,
   one clock) to the arrival at the client of the first frame of its conversation (`message.delta`,
@@ -136,8 +137,14 @@ WORDS: Final = (
 )  # fmt: skip
 
 
-def hello_frame(secret: str) -> str:
-    return json.dumps({"type": "hello", "request_id": "hello", "secret": secret, "protocol_version": 1})
+PACKED_FEATURES: Final = ["delta_append", "delta_packed"]  # what Pheby Web asks for
+
+
+def hello_frame(secret: str, features: Sequence[str] = ()) -> str:
+    hello: dict[str, Any] = {"type": "hello", "request_id": "hello", "secret": secret, "protocol_version": 1}
+    if features:
+        hello["features"] = list(features)
+    return json.dumps(hello)
 
 
 def loopback_addresses(block: int) -> list[str]:
@@ -355,13 +362,19 @@ class Frame(msgspec.Struct):
     text: str | None = None
     status: str | None = None
     error: dict[str, Any] | None = None
+    offset: int | None = None  # an append delta's (`delta_append`)
+    append: str | None = None
+    stream: int | None = None  # names the message in packed frames (`delta_packed`)
 
 
 FRAME_DECODER: Final = msgspec.json.Decoder(Frame)
+PACKED_DECODER: Final = msgspec.json.Decoder(tuple[str, int, int, str])  # ["d", stream, offset, append]
 
 
-async def open_socket(url: str, address: str, secret: str, compression: str | None) -> tuple[ClientConnection, float]:
-    """Connect from `address`, say hello; the socket and the time from hello to `ready`."""
+async def open_socket(
+    url: str, address: str, secret: str, compression: str | None, features: Sequence[str] = ()
+) -> tuple[ClientConnection, float]:
+    """Connect from `address`, say hello (asking for `features`); the socket and the time from hello to `ready`."""
     ws = await connect(
         url,
         local_addr=(address, 0),
@@ -372,7 +385,7 @@ async def open_socket(url: str, address: str, secret: str, compression: str | No
     )
     try:
         started = time.perf_counter()
-        await ws.send(hello_frame(secret))
+        await ws.send(hello_frame(secret, features))
         raw = await asyncio.wait_for(ws.recv(), TIMEOUT)
         took = time.perf_counter() - started
         if FRAME_DECODER.decode(raw).type != "ready":
@@ -458,6 +471,7 @@ class StreamSocket:
     def __init__(self, ws: ClientConnection) -> None:
         self.ws = ws
         self.conversations: dict[str, Conversation] = {}
+        self.streams: dict[int, Conversation] = {}  # packed frames name their message by stream
         self.errors: list[str] = []
         self._waiters: dict[str, asyncio.Future[Frame]] = {}
         self._ids = 0
@@ -467,11 +481,21 @@ class StreamSocket:
         with contextlib.suppress(ConnectionClosed):
             async for raw in self.ws:
                 arrived = time.time()
+                if raw[:1] in ("[", b"["):  # a packed continuation: the draft is `offset` long, then `append`
+                    _, stream, offset, append = PACKED_DECODER.decode(raw)
+                    if (known := self.streams.get(stream)) is not None:
+                        known.frames.append((arrived, offset + len(append)))
+                    continue
                 frame = FRAME_DECODER.decode(raw)
                 if frame.type in ("message.delta", "message.complete"):
                     conversation = self.conversations.get(frame.conversation_id or "")
                     if conversation is not None:
-                        conversation.frames.append((arrived, len(frame.text or "")))
+                        if frame.stream is not None:
+                            self.streams[frame.stream] = conversation
+                        length = (
+                            len(frame.text) if frame.text is not None else (frame.offset or 0) + len(frame.append or "")
+                        )
+                        conversation.frames.append((arrived, length))
                 elif frame.type == "run.finished":
                     conversation = self.conversations.get(frame.conversation_id or "")
                     if conversation is not None:
@@ -523,7 +547,7 @@ class StreamClient:
         async def one(index: int, token: str, tags: list[str]) -> StreamSocket:
             address = gates.addresses[index % len(gates.addresses)]
             async with gates.total, gates.per_address[address]:
-                ws, _ = await open_socket(config["url"], address, token, config["compression"])
+                ws, _ = await open_socket(config["url"], address, token, config["compression"], config["features"])
             socket = StreamSocket(ws)
             for tag in tags:
                 created = await socket.request("conversation.create", name=tag)
@@ -870,6 +894,7 @@ async def stream_step(
                 "tokens": [tokens[i] for i in mine],
                 "tags": [by_account[i] for i in mine],
                 "compression": None if args.no_compression else "deflate",
+                "features": PACKED_FEATURES if args.packed else [],
                 "block": 100 + k,
                 "body": body,
                 "results": str(root / f"stream-{count}-{k}.json"),
@@ -953,6 +978,7 @@ async def stream_phase(args: argparse.Namespace, root: Path, cpus: Cpus) -> list
             SECRET,
             ws_hello_timeout=TIMEOUT,
             ws_delta_window_ms=args.window_ms,
+            ws_append_window_ms=args.append_window_ms,
             ws_max_connections=max(10_000, args.with_idle + accounts + 100),
         )
         server = Server(flags, root / "stream-server.log", record_dir, cpus[0])
@@ -1070,7 +1096,8 @@ def report_streams(args: argparse.Namespace, steps: list[StreamStep], pinned: bo
     print(
         f"concurrent streaming runs{idle}, {args.runs_per_account} per account (one socket each), {args.gateways} demo "
         f"Hermes, a delta every {args.delta_delay * 1000:g} ms for ~{args.seconds:g} s, delta window "
-        f"{args.window_ms} ms; latency = Hermes emission -> the client has the text, in ms, steady state only:"
+        f"{args.window_ms} ms; clients {'packed append' if args.packed else 'cumulative'} (append window "
+        f"{args.append_window_ms} ms); latency = Hermes emission -> the client has the text, in ms, steady state only:"
     )
     print(
         f"{'runs':>6}{'done':>6}{'deltas/s/run':>14}{'p50':>7}{'p99':>7}{'p99-window':>12}{'->reader p99':>14}"
@@ -1125,6 +1152,8 @@ def main() -> None:
     parser.add_argument("--delta-delay", type=float, default=0.05, help="the demo Hermes's delta pacing (s)")
     parser.add_argument("--seconds", type=float, default=12.0, help="how long each run streams (about)")
     parser.add_argument("--window-ms", type=int, default=100, help="the server's delta window")
+    parser.add_argument("--packed", action="store_true", help="streaming clients ask for packed append deltas")
+    parser.add_argument("--append-window-ms", type=int, default=0, help="the server's window for append clients")
     parser.add_argument("--with-idle", type=int, default=0, help="idle sockets held while the runs stream")
     parser.add_argument("--no-compression", action="store_true", help="clients do not offer permessage-deflate")
     parser.add_argument("--no-pin", action="store_true", help="do not pin the server to one CPU")
