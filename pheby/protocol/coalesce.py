@@ -108,7 +108,7 @@ class DeltaCoalescer:
         """Send the account's pending deltas now (each starts a new window)."""
         for message_id, stream in list(self._by_account.get(account_id, {}).items()):
             if stream.pending is not None:
-                self._send_pending(message_id, stream)
+                self._send_pending(message_id, stream, stream.pending)
 
     def held_for(self, message_id: str) -> float | None:
         """Seconds a delta of the message arriving now would be held back: until its window ends (None: it
@@ -122,9 +122,8 @@ class DeltaCoalescer:
         window's end. The next window still ends one window after this one was to, so the pace stays one
         delta per window."""
         stream = self._streams.get(message_id)
-        if stream is not None and stream.pending is not None:
-            window = self._window_after(stream.pending)
-            self._send_pending(message_id, stream, next_window_ends=stream.window_ends + window)
+        if stream is not None and (pending := stream.pending) is not None:
+            self._send_pending(message_id, stream, pending, stream.window_ends + self._window_after(pending))
 
     def forget(self, message_id: str) -> None:
         """Drop the message's window and its held delta, unsent (nobody takes this form now)."""
@@ -164,20 +163,22 @@ class DeltaCoalescer:
         if stream.pending is None:
             self._drop(message_id)  # quiet for a whole window: the next delta may go out at once
         else:
-            self._send_pending(message_id, stream)
+            self._send_pending(message_id, stream, stream.pending)
 
-    def _send_pending(self, message_id: str, stream: _Stream, next_window_ends: float | None = None) -> None:
-        event, stream.pending = stream.pending, None
+    def _send_pending(
+        self, message_id: str, stream: _Stream, event: MessageDelta, window_ends: float | None = None
+    ) -> None:
+        """Send `event`, the delta the stream held, and open the next window: to `window_ends`, by default one
+        window after `event` from now."""
+        stream.pending = None
         stream.timer.cancel()
-        if next_window_ends is None:
-            next_window_ends = self._time() + (self._window if event is None else self._window_after(event))
-        stream.timer, stream.window_ends = self._new_window(message_id, next_window_ends)
-        if event is not None:
-            arrived = EVENT_ARRIVED.set(stream.arrived)  # a held delta counts from its own event's arrival
-            try:
-                self._forward(stream.account_id, event)
-            finally:
-                EVENT_ARRIVED.reset(arrived)
+        ends = self._time() + self._window_after(event) if window_ends is None else window_ends
+        stream.timer, stream.window_ends = self._new_window(message_id, ends)
+        arrived = EVENT_ARRIVED.set(stream.arrived)  # a held delta counts from its own event's arrival
+        try:
+            self._forward(stream.account_id, event)
+        finally:
+            EVENT_ARRIVED.reset(arrived)
 
     def _drop(self, message_id: str) -> None:
         stream = self._streams.pop(message_id, None)
