@@ -77,45 +77,44 @@ class _Draft:
         self.stream = stream
 
 
-class _Frame:
-    """An event's frame, encoded once, on first use."""
-
-    __slots__ = ("_event", "_frame")
-
-    def __init__(self, event: Event | PackedAppend) -> None:
-        self._event = event
-        self._frame: tuple[str, int] | None = None
-
-    def get(self) -> tuple[str, int]:
-        if self._frame is None:
-            encoded = encode_event(self._event)
-            self._frame = encoded.decode(), len(encoded)
-        return self._frame
-
-
 class _Forms:
     """The frames of one delta, by where their text starts in the client's draft and whether packed, each
-    encoded once: at 0, the whole text (naming the stream when packed: the client may not know it yet)."""
+    encoded once, when a connection first takes it: at 0, the whole text (naming the stream when packed:
+    the client may not know it yet)."""
 
     __slots__ = ("_event", "_frames", "_stream")
 
     def __init__(self, event: MessageDelta, stream: int) -> None:
         self._event = event
         self._stream = stream
-        self._frames: dict[tuple[int, bool], _Frame] = {}
+        self._frames: dict[tuple[int, bool], tuple[str, int]] = {}
 
     def at(self, offset: int, *, packed: bool) -> tuple[str, int]:
         frame = self._frames.get((offset, packed))
         if frame is None:
             event, append = self._event, self._event.text[offset:]
+            form: Event | PackedAppend
             if offset == 0:
-                frame = _Frame(AppendDrafts.message_append(event, 0, append, self._stream if packed else None))
+                form = _message_append(event, 0, append, self._stream if packed else None)
             elif packed:
-                frame = _Frame(PackedAppend(stream=self._stream, offset=offset, append=append))
+                form = PackedAppend(stream=self._stream, offset=offset, append=append)
             else:
-                frame = _Frame(AppendDrafts.message_append(event, offset, append))
-            self._frames[(offset, packed)] = frame
-        return frame.get()
+                form = _message_append(event, offset, append)
+            encoded = encode_event(form)
+            frame = self._frames[(offset, packed)] = encoded.decode(), len(encoded)
+        return frame
+
+
+def _message_append(event: MessageDelta, offset: int, append: str, stream: int | None = None) -> MessageAppend:
+    return MessageAppend(
+        conversation_id=event.conversation_id,
+        message_id=event.message_id,
+        offset=offset,
+        append=append,
+        stream=UNSET if stream is None else stream,
+        ts=event.ts,
+        request_id=event.request_id,
+    )
 
 
 class AppendDrafts:
@@ -162,15 +161,3 @@ class AppendDrafts:
     def streaming(self) -> int:
         """How many messages have a draft kept (tests: nothing may stay behind)."""
         return len(self._drafts)
-
-    @staticmethod
-    def message_append(event: MessageDelta, offset: int, append: str, stream: int | None = None) -> MessageAppend:
-        return MessageAppend(
-            conversation_id=event.conversation_id,
-            message_id=event.message_id,
-            offset=offset,
-            append=append,
-            stream=UNSET if stream is None else stream,
-            ts=event.ts,
-            request_id=event.request_id,
-        )
