@@ -25,7 +25,7 @@ from pheby.protocol.frames import (
     RunSnapshot,
     encode_event,
 )
-from pheby.protocol.hub import Connection, Hub
+from pheby.protocol.hub import SEND_QUEUE_BYTES, Connection, Hub
 from pheby.settings import Settings
 from tests.live_server import LiveServer
 from tests.polling import until
@@ -38,13 +38,15 @@ MESSAGE = "draft-r1"
 
 
 class Socket:
-    """A client's end in memory: the frames written to it, decoded; `hold` stops the writer at its next frame."""
+    """A client's end in memory: the frames written to it, decoded; clearing `open` stops the writer at its next
+    frame; `closed_with`: the close's code, once closed."""
 
     def __init__(self) -> None:
         self.frames: list[Frame] = []
         self.raw: list[str] = []
         self.open = asyncio.Event()
         self.open.set()
+        self.closed_with: int | None = None
         self._streams = PackedStreams()
 
     async def send_text(self, frame: str) -> None:
@@ -53,13 +55,21 @@ class Socket:
         self.frames.append(self._streams.frame(json.loads(frame)))
 
     async def close(self, code: int, reason: str) -> None:
-        del code, reason
+        del reason
+        self.closed_with = code
 
 
-def connect(hub: Hub, *, delta_append: bool, delta_packed: bool = False) -> tuple[Connection, Socket]:
+def connect(
+    hub: Hub, *, delta_append: bool, delta_packed: bool = False, max_bytes: int = SEND_QUEUE_BYTES
+) -> tuple[Connection, Socket]:
     socket = Socket()
     connection = Connection(
-        ACCOUNT, socket.send_text, socket.close, delta_append=delta_append, delta_packed=delta_packed
+        ACCOUNT,
+        socket.send_text,
+        socket.close,
+        max_bytes=max_bytes,
+        delta_append=delta_append,
+        delta_packed=delta_packed,
     )
     hub.add(connection)
     connection.start()

@@ -20,34 +20,15 @@ import hermes_client as hc
 from demo_hermes.turn import chunk_text
 from pheby.protocol.coalesce import FULL_WINDOW_CHARS, SHORTEST_WINDOW_SECONDS, CoalescingHub, growing_window
 from pheby.protocol.frames import MessageComplete, MessageDelta, MessageStart
-from pheby.protocol.hub import CLOSE_TRY_AGAIN_LATER, SEND_QUEUE_BYTES, Connection, Hub
+from pheby.protocol.hub import CLOSE_TRY_AGAIN_LATER, Connection
 from pheby.runs.translate import joined_deltas
 from pheby.settings import Settings
 from tests.live_server import LiveServer
 from tests.polling import until
-from tests.test_delta_append import ACCOUNT, CONVERSATION, MESSAGE, Socket, delivered, drafts
+from tests.test_delta_append import ACCOUNT, CONVERSATION, MESSAGE, Socket, connect, delivered, drafts
 from tests.ws_client import PhebyClient
 
 pytestmark = pytest.mark.anyio
-
-
-class ClosingSocket(Socket):
-    def __init__(self) -> None:
-        super().__init__()
-        self.closed_with: int | None = None
-
-    async def close(self, code: int, reason: str) -> None:
-        self.closed_with = code
-
-
-def attach(hub: Hub, *, packed: bool, max_bytes: int = SEND_QUEUE_BYTES) -> tuple[Connection, ClosingSocket]:
-    socket = ClosingSocket()
-    connection = Connection(
-        ACCOUNT, socket.send_text, socket.close, max_bytes=max_bytes, delta_append=True, delta_packed=packed
-    )
-    hub.add(connection)
-    connection.start()
-    return connection, socket
 
 
 def growing(words: int, message_id: str = MESSAGE) -> list[MessageDelta]:
@@ -75,7 +56,7 @@ def delta_frames(socket: Socket, message_id: str = MESSAGE) -> int:
 @pytest.mark.parametrize("packed", [False, True], ids=["objects", "packed"])
 async def test_deltas_go_out_one_by_one_while_the_socket_keeps_up_and_fold_while_it_is_behind(packed: bool) -> None:
     hub = CoalescingHub()  # the default windows: append deltas are held by no window
-    connection, socket = attach(hub, packed=packed)
+    connection, socket = connect(hub, delta_append=True, delta_packed=packed)
     deltas = growing(200)
     for count, event in enumerate(deltas[:10], 1):  # the socket keeps up: a frame for every delta
         hub.broadcast(ACCOUNT, event)
@@ -103,7 +84,7 @@ async def test_deltas_go_out_one_by_one_while_the_socket_keeps_up_and_fold_while
 
 async def test_deltas_of_several_messages_fold_each_into_its_own_and_never_across_another_frame() -> None:
     hub = CoalescingHub()
-    connection, socket = attach(hub, packed=True)
+    connection, socket = connect(hub, delta_append=True, delta_packed=True)
     first, second = growing(5, "draft-a"), growing(5, "draft-b")
     socket.open.clear()
     hub.broadcast(ACCOUNT, first[0])  # taken by the writer, held there
@@ -132,7 +113,7 @@ async def test_deltas_of_several_messages_fold_each_into_its_own_and_never_acros
 
 async def test_a_folded_delta_past_the_sockets_byte_bound_closes_it_1013() -> None:
     hub = CoalescingHub()
-    _, socket = attach(hub, packed=True, max_bytes=4096)
+    _, socket = connect(hub, delta_append=True, delta_packed=True, max_bytes=4096)
     socket.open.clear()
     for event in growing(1000):  # the folded frame grows towards the whole draft (~6 KB)
         hub.broadcast(ACCOUNT, event)
