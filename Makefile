@@ -3,7 +3,11 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: run test checks lint typecheck unit clean vendor browser services hermes-venvs
+.PHONY: run test checks lint typecheck unit clean vendor browser services hermes-venvs bytecode
+
+# The suite starts some 150 Python processes (pytest workers, servers, demo gateways): they share the
+# compiled bytecode instead of each compiling the sources again, whatever the environment says.
+unexport PYTHONDONTWRITEBYTECODE
 
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -36,7 +40,11 @@ services:
 hermes-venvs: $(STAMP)
 	$(VENV)/bin/python -m tests.real_hermes
 
-checks: lint typecheck hermes-venvs
+# Compiled once before the workers start: the sources, and the tests as pytest rewrites their asserts.
+bytecode: $(STAMP)
+	$(VENV)/bin/pytest --collect-only -q -p no:cacheprovider >/dev/null
+
+checks: lint typecheck hermes-venvs bytecode
 
 # Each real gateway, each browser module and the OpenAPI fuzzing run in pytest worker groups of their own,
 # so they overlap each other and the rest; four workers, as most tests wait on servers rather than compute.
