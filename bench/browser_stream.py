@@ -1,6 +1,6 @@
 """Benchmark what a long streamed answer costs Pheby Web's main thread, in a real headless Chromium.
 
-Run: `.venv/bin/python bench/browser_stream.py [--words N] [--seed N] [--delta-delay S] [--cumulative]`
+Run: `.venv/bin/python bench/browser_stream.py [--words N] [--seed N] [--delta-delay S] [--cumulative | --unpaced]`
 
 The server (as `pheby serve` runs it) and the demo Hermes run in processes of their own
 (`bench.support`). Chromium (Debian's, driven by Playwright as in tests/browser.py) opens Pheby Web,
@@ -8,7 +8,8 @@ signs in with the owner secret, starts a chat and sends `/demo say` of a seeded 
 answer (`bench.varied_text`: paragraphs, lists, code fences), which the demo streams verbatim, one
 word per delta on a fixed schedule (`--delta-delay`, 10 ms: 2,000 words take 20 s); the server
 forwards it with its default coalescing windows. `--cumulative`: the page's hello is stripped of its
-`features` on the way to the server (as an older page's was), so it gets cumulative deltas.
+`features` on the way to the server (as an older page's was), so it gets cumulative deltas; `--unpaced`: of
+`delta_paced` only, so it gets every delta as it comes.
 
 Measured from just before the message is sent until the page has drawn the finished answer (the
 `run.finished` frame, then 500 ms), with a DevTools trace of the renderer (`Browser.start_tracing`,
@@ -45,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 from bench.support import DemoChild, ServerChild, free_port
 from bench.varied_text import varied_text
 from bench.ws_stream import SECRET
-from tests.browser import hello_without_features, launched_chromium
+from tests.browser import hello_without, hello_without_features, launched_chromium
 from tests.ws_client import PackedStreams
 
 TIMEOUT_S: Final = 180.0
@@ -110,7 +111,7 @@ def merged(tasks: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 
 def stream_once(
-    page: Page, base_url: str, text: str, *, cumulative: bool, timeline: bool
+    page: Page, base_url: str, text: str, *, cumulative: bool, unpaced: bool, timeline: bool
 ) -> tuple[dict[str, Any], Figures]:
     received: list[dict[str, Any]] = []
 
@@ -121,6 +122,8 @@ def stream_once(
     page.on("websocket", watch)
     if cumulative:
         page.route_web_socket(re.compile(r"/ws$"), hello_without_features)
+    elif unpaced:
+        page.route_web_socket(re.compile(r"/ws$"), hello_without("delta_paced"))
     page.goto(base_url + "/")
     page.get_by_label("Owner secret or token").fill(SECRET)
     page.get_by_role("button", name="Sign in").click()
@@ -164,7 +167,13 @@ def stream_once(
 
 
 def report(figures: Figures, args: argparse.Namespace) -> None:
-    form = "cumulative (the hello's features stripped)" if args.cumulative else "in the form the page asks for"
+    form = (
+        "cumulative (the hello's features stripped)"
+        if args.cumulative
+        else "unpaced (the hello's delta_paced stripped)"
+        if args.unpaced
+        else "in the form the page asks for"
+    )
     print(
         f"/demo say of varied Markdown, {figures.answer_words} words ({figures.answer_chars} characters), seed "
         f"{args.seed}, one word per delta every {1000 * args.delta_delay:g} ms; deltas {form}"
@@ -199,6 +208,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="the answer's seed (bench.varied_text)")
     parser.add_argument("--delta-delay", type=float, default=0.01, help="the demo Hermes's delta pacing")
     parser.add_argument("--cumulative", action="store_true", help="strip the hello's features: cumulative deltas")
+    parser.add_argument("--unpaced", action="store_true", help="strip the hello's delta_paced: every delta")
     parser.add_argument("--trace", type=Path, help="also write the DevTools trace here (JSON)")
     parser.add_argument("--timeline", action="store_true", help="trace DevTools' timeline events too (costlier)")
     args = parser.parse_args()
@@ -215,7 +225,12 @@ def main() -> None:
                 context = browser.new_context(viewport={"width": 1280, "height": 900})
                 try:
                     trace, figures = stream_once(
-                        context.new_page(), server.base_url, text, cumulative=args.cumulative, timeline=args.timeline
+                        context.new_page(),
+                        server.base_url,
+                        text,
+                        cumulative=args.cumulative,
+                        unpaced=args.unpaced,
+                        timeline=args.timeline,
                     )
                 finally:
                     context.close()

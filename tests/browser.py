@@ -184,15 +184,26 @@ async def drop_all_sockets(live: LiveServer) -> int:
     return len(connections)
 
 
-def hello_without_features(socket: WebSocketRoute) -> None:
-    """Between page and server: the page's hello asks for nothing, as an older page's did."""
-    server = socket.connect_to_server()
+def hello_without(*features: str) -> Callable[[WebSocketRoute], None]:
+    """A route between page and server taking `features` out of the page's hello; naming none, the hello asks
+    for nothing, as an older page's did."""
 
-    def to_server(message: str | bytes) -> None:
-        frame = json.loads(message)
-        if frame.get("type") == "hello":
-            frame.pop("features", None)
-            message = json.dumps(frame)
-        server.send(message)
+    def route(socket: WebSocketRoute) -> None:
+        server = socket.connect_to_server()
 
-    socket.on_message(to_server)
+        def to_server(message: str | bytes) -> None:
+            frame = json.loads(message)
+            if frame.get("type") == "hello":
+                if features:
+                    frame["features"] = [name for name in frame.get("features", []) if name not in features]
+                else:
+                    frame.pop("features", None)
+                message = json.dumps(frame)
+            server.send(message)
+
+        socket.on_message(to_server)
+
+    return route
+
+
+hello_without_features = hello_without()

@@ -60,7 +60,12 @@ class Socket:
 
 
 def connect(
-    hub: Hub, *, delta_append: bool, delta_packed: bool = False, max_bytes: int = SEND_QUEUE_BYTES
+    hub: Hub,
+    *,
+    delta_append: bool,
+    delta_packed: bool = False,
+    delta_pace: float = 0.0,
+    max_bytes: int = SEND_QUEUE_BYTES,
 ) -> tuple[Connection, Socket]:
     socket = Socket()
     connection = Connection(
@@ -70,6 +75,7 @@ def connect(
         max_bytes=max_bytes,
         delta_append=delta_append,
         delta_packed=delta_packed,
+        delta_pace=delta_pace,
     )
     hub.add(connection)
     connection.start()
@@ -114,6 +120,8 @@ def test_granted_features_are_the_known_ones_in_order_once() -> None:
     assert granted([]) == []
     assert granted(["delta_packed", "delta_append"]) == ["delta_packed", "delta_append"]
     assert granted(["delta_packed"]) == []  # it changes append deltas: nothing without them
+    assert granted(["delta_paced", "delta_packed", "delta_append"]) == ["delta_paced", "delta_packed", "delta_append"]
+    assert granted(["delta_paced"]) == []
 
 
 def packed_shapes(socket: Socket) -> list[str]:

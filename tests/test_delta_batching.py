@@ -9,8 +9,10 @@ The hub-level tests hold an in-memory socket (`tests.test_delta_append.Socket`) 
 stops reading."""
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -19,9 +21,9 @@ from prometheus_client import REGISTRY
 import hermes_client as hc
 from demo_hermes.turn import chunk_text
 from pheby.protocol.coalesce import FULL_WINDOW_CHARS, SHORTEST_WINDOW_SECONDS, CoalescingHub, growing_window
-from pheby.protocol.frames import MessageComplete, MessageDelta, MessageStart
+from pheby.protocol.frames import MessageComplete, MessageDelta, MessageStart, encode_event
 from pheby.protocol.hub import CLOSE_TRY_AGAIN_LATER, Connection
-from pheby.runs.translate import joined_deltas
+from pheby.runs.translate import Emit, RunView, joined_deltas, translate
 from pheby.settings import Settings
 from tests.live_server import LiveServer
 from tests.polling import until
@@ -121,6 +123,45 @@ async def test_a_folded_delta_past_the_sockets_byte_bound_closes_it_1013() -> No
     assert socket.closed_with == CLOSE_TRY_AGAIN_LATER
 
 
+async def test_a_paced_clients_deltas_wait_for_its_pace_folded_and_any_other_frame_sends_them_at_once() -> None:
+    """`delta_paced` (Pheby Web): one delta a pace, those in between folded into it; the pace is long here, so
+    nothing but the pace or a frame queued behind it can let the waiting delta go."""
+    hub = CoalescingHub()
+    paced_connection, paced = connect(hub, delta_append=True, delta_packed=True, delta_pace=600.0)
+    _, unpaced = connect(hub, delta_append=True, delta_packed=True)
+    deltas = growing(80)  # the retraction among them
+    for event in deltas:
+        hub.broadcast(ACCOUNT, event)
+        await asyncio.sleep(0)  # each written where the socket keeps up
+    await delivered(unpaced, len(deltas))
+    await delivered(paced, 1)  # the first at once: the pace starts with it
+    assert paced_connection.holds_unsent_delta(MESSAGE)  # the rest, folded into one that waits
+    assert delta_frames(paced) == 1
+    complete = MessageComplete(conversation_id=CONVERSATION, message_id=MESSAGE, text=deltas[-1].text)
+    hub.broadcast(ACCOUNT, complete)  # must come after the text: the waiting delta goes first, at once
+    await delivered(paced, 3)
+    assert [frame["type"] for frame in paced.frames] == ["message.delta", "message.delta", "message.complete"]
+    assert drafts(paced.frames, MESSAGE) == [deltas[0].text, deltas[-1].text]
+    assert drafts(unpaced.frames, MESSAGE) == [event.text for event in deltas]
+
+
+async def test_a_paced_client_gets_a_delta_a_pace_while_text_streams() -> None:
+    hub = CoalescingHub()
+    _, paced = connect(hub, delta_append=True, delta_packed=True, delta_pace=0.05)
+    deltas = growing(100)
+    started = time.monotonic()
+    for event in deltas:
+        hub.broadcast(ACCOUNT, event)
+        await asyncio.sleep(0.002)
+    await until(lambda: drafts(paced.frames, MESSAGE)[-1:] == [deltas[-1].text], "the last text delivered")
+    paces = (time.monotonic() - started) / 0.05
+    assert 2 <= delta_frames(paced) <= paces + 2  # one at the start, then at most one a pace
+    texts = [event.text for event in deltas]
+    assert [texts.index(text) for text in drafts(paced.frames, MESSAGE)] == sorted(
+        texts.index(text) for text in drafts(paced.frames, MESSAGE)
+    )
+
+
 def test_a_cumulative_window_grows_with_the_draft() -> None:
     assert growing_window(0.1, 0) == SHORTEST_WINDOW_SECONDS
     assert growing_window(0.1, FULL_WINDOW_CHARS // 2) == pytest.approx(0.05)
@@ -140,6 +181,24 @@ async def test_a_short_draft_is_held_a_short_window_and_a_long_one_the_whole() -
     for message_id, text in (("short", "Hi there"), ("long", long_text)):
         hub.broadcast(ACCOUNT, MessageComplete(conversation_id=CONVERSATION, message_id=message_id, text=text))
     assert hub.coalescer.pending_messages() == 0
+
+
+def test_a_deltas_ts_is_to_the_second_and_its_last_key_so_a_runs_frames_repeat_it() -> None:
+    """A run's deltas follow each other within the second; with compression, a `ts` that changed in every frame
+    cost a cumulative frame more than its new words, and one that changed before the text parted each frame from
+    the one before (bench/stream_bytes.py). Other events keep milliseconds."""
+    before = datetime.now(UTC).replace(microsecond=0)
+    view = RunView("run", CONVERSATION, MESSAGE, mint=lambda: "t")
+    [made] = translate(view, hc.MessageDelta(run_id="h", timestamp=0.0, delta="Hi"))
+    assert isinstance(made, Emit)
+    assert isinstance(made.event, MessageDelta)
+    stamped = datetime.fromisoformat(made.event.ts)
+    assert stamped.microsecond == 0
+    assert stamped.tzinfo == UTC
+    assert before <= stamped <= datetime.now(UTC)
+    assert list(json.loads(encode_event(made.event))) == ["type", "conversation_id", "message_id", "text", "ts"]
+    complete = MessageComplete(conversation_id=CONVERSATION, message_id=MESSAGE, text="Hi")
+    assert "." in complete.ts
 
 
 # --- end to end: a real server, real clients, the demo Hermes ----------------------------------------

@@ -94,10 +94,11 @@ def test_append_deltas_with_a_retraction_and_a_code_fence_render_like_the_whole_
 ) -> None:
     frames = Frames(web)
     web.sign_in().new_chat()
-    assert frames.wait_for("ready")[0]["features"] == ["delta_append", "delta_packed"]
+    asked = ["delta_append", "delta_packed", "delta_paced"]
+    assert frames.wait_for("ready")[0]["features"] == asked
     hello = next(frame for frame in frames.sent if frame["type"] == "hello")  # reported before its ready
-    assert hello["features"] == ["delta_append", "delta_packed"]
-    assert web.page.evaluate("window.pheby.client.connection.features") == ["delta_append", "delta_packed"]
+    assert hello["features"] == asked
+    assert web.page.evaluate("window.pheby.client.connection.features") == asked
     web.page.evaluate(RECORD_DRAFTS)
     # Streamed verbatim, 50 ms apart. The quote before the MEDIA: tag is shown, then hidden with the
     # tag once the tag is complete: the visible draft shrinks, a retraction. The stream holds after the

@@ -25,7 +25,7 @@ from handlers.ws.support.handshake import CLOSE_POLICY_VIOLATION, event_code, ha
 from handlers.ws.support.registry import dispatch
 from pheby import metrics
 from pheby.errors import RateLimited
-from pheby.protocol.append import DELTA_APPEND, DELTA_PACKED
+from pheby.protocol.append import DELTA_APPEND, DELTA_PACED, DELTA_PACKED, PACED_DELTA_SECONDS
 from pheby.protocol.frames import Event, Ready, encode_event, error_event
 from pheby.protocol.hub import CLOSE_TRY_AGAIN_LATER, Connection
 from pheby.services import Services
@@ -67,6 +67,7 @@ async def _authenticated(socket: WebSocket[Any, Any, Any], services: Services) -
         judged_at=principal.judged_at,
         delta_append=features is not UNSET and DELTA_APPEND in features,
         delta_packed=features is not UNSET and DELTA_PACKED in features,
+        delta_pace=PACED_DELTA_SECONDS if features is not UNSET and DELTA_PACED in features else 0.0,
     )
     try:
         services.hub.add(connection)

@@ -19,6 +19,10 @@ A connection also granted `delta_packed` gets the continuation as a `PackedAppen
 offset, append]`, and the whole text with the message's `stream` number, which those frames name it by.
 Stream numbers count up for as long as the process runs, so one never names two messages.
 
+A connection also granted `delta_paced` gets its deltas at most every `PACED_DELTA_SECONDS`: one that
+comes sooner waits in the queue, where the deltas after it are folded into it as into any waiting delta
+(`Connection.send_delta`); any other frame queued behind it sends it at once, so the order stays.
+
 Offsets count code points (characters of the JSON string), as Python's `len` does.
 """
 
@@ -43,14 +47,18 @@ if TYPE_CHECKING:
 
 DELTA_APPEND: Final = "delta_append"
 DELTA_PACKED: Final = "delta_packed"  # append deltas' continuations positional; only with delta_append
-FEATURES: Final = frozenset({DELTA_APPEND, DELTA_PACKED})  # what a hello may ask for and be granted
+DELTA_PACED: Final = "delta_paced"  # append deltas at most every PACED_DELTA_SECONDS; only with delta_append
+FEATURES: Final = frozenset({DELTA_APPEND, DELTA_PACKED, DELTA_PACED})  # what a hello may ask for and be granted
+# A paced client's deltas go out at most this often, those in between folded: Pheby Web draws a streamed draft
+# at most every 50 ms (web/lib/store.js), and each frame it is handed costs its page's main thread.
+PACED_DELTA_SECONDS: Final = 0.05
 
 
 def granted(requested: Iterable[str]) -> list[str]:
     """The features of a hello's request this server grants, in the order asked, once each
-    (`delta_packed` only beside `delta_append`, whose frames it changes)."""
+    (`delta_packed` and `delta_paced` only beside `delta_append`, whose frames they change)."""
     asked = list(dict.fromkeys(feature for feature in requested if feature in FEATURES))
-    return asked if DELTA_APPEND in asked else [feature for feature in asked if feature != DELTA_PACKED]
+    return asked if DELTA_APPEND in asked else [feature for feature in asked if feature == DELTA_APPEND]
 
 
 def common_prefix_length(old: str, new: str) -> int:

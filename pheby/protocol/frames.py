@@ -20,6 +20,14 @@ def utc_now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
+def utc_now_iso_seconds() -> str:
+    """Now, to the second: the `ts` of a streamed `message.delta` (`pheby.runs.translate`). A run's deltas
+    follow each other within the second; with compression, a `ts` that changed in every frame cost more of a
+    cumulative frame than its new words did (bench/stream_bytes.py). It stays the frame's last key: one that
+    changed before the text would part each frame from the one before."""
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
 def iso_utc(ts: float | None, timespec: str = "auto") -> str | None:
     """A Unix timestamp as ISO-8601 UTC (None stays None), the form every event uses."""
     return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat(timespec=timespec)

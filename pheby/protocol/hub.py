@@ -12,6 +12,7 @@ expiry; none for the owner secret), so a revoked credential's sockets can be fou
 """
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -100,6 +101,7 @@ class Connection:
         judged_at: float = 0.0,
         delta_append: bool = False,
         delta_packed: bool = False,
+        delta_pace: float = 0.0,
     ) -> None:
         self.id = uuid.uuid4().hex
         self.account_id = account_id
@@ -129,6 +131,12 @@ class Connection:
         # Each message's append delta still waiting in the queue with no other frame but other messages' deltas
         # after it: a newer delta of the message is folded into it (`send_delta`), not queued behind it.
         self._unsent: dict[str, _Queued] = {}
+        # A paced client's append deltas go out at most every `delta_pace` seconds (`pheby.protocol.append`):
+        # until `_paced_until`, a delta at the head of the queue that may still be folded into waits, woken
+        # early by `_hurry` when a frame it must precede is queued.
+        self._delta_pace = delta_pace if delta_append else 0.0
+        self._paced_until = 0.0
+        self._hurry = asyncio.Event()
 
     def start(self) -> None:
         self._writer = asyncio.create_task(self._write_loop(), name=f"ws-writer-{self.id}")
@@ -140,6 +148,7 @@ class Connection:
         event arrived (default: now).
         """
         self._unsent.clear()  # deltas queued before this frame stay before it
+        self._hurry.set()
         self._enqueue(_Queued(frame, utf8_size(frame) if size is None else size, _now_or(arrived), None))
 
     def send_delta(
@@ -226,6 +235,7 @@ class Connection:
         if not self.closed.is_set():
             self._queue.append(None)
             self._queued.set()
+            self._hurry.set()
         try:
             await asyncio.wait_for(asyncio.shield(self._writer), timeout=5)
         except (TimeoutError, asyncio.CancelledError):
@@ -237,11 +247,16 @@ class Connection:
                 self._closing.cancel()
 
     async def _write_loop(self) -> None:
+        unpaced = 0  # frames to write before the pace is looked at again: those queued when it last let go
         try:
             while True:
                 while not self._queue:
                     self._queued.clear()
                     await self._queued.wait()
+                if self._delta_pace and not unpaced:
+                    await self._keep_pace()
+                    unpaced = len(self._queue)
+                unpaced = max(0, unpaced - 1)
                 item = self._queue.popleft()  # out of the queue while it is written: no longer folded into
                 if item is None or self.closed.is_set():
                     return
@@ -252,6 +267,21 @@ class Connection:
                 metrics.EVENT_TO_FRAME.observe(time.monotonic() - item.arrived)
         except Exception:  # noqa: BLE001 - the socket went away; the reader loop sees the disconnect too
             self.closed.set()
+
+    async def _keep_pace(self) -> None:
+        """Hold an append delta at the head of the queue, which newer deltas are still folded into, until the
+        pace allows one (or a frame it must precede is queued); then the queue goes out whole, and the next
+        pace starts."""
+        head = self._queue[0]
+        if head is None or head.delta_of is None or self._unsent.get(head.delta_of) is not head:
+            return
+        wait = self._paced_until - time.monotonic()
+        if wait > 0:
+            self._hurry.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait):
+                    await self._hurry.wait()
+        self._paced_until = time.monotonic() + self._delta_pace
 
     def _overflow(self, why: str) -> None:
         log.warning("closing slow WebSocket connection %s: %s", self.id, why)

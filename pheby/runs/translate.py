@@ -173,8 +173,13 @@ def translate(view: RunView, event: hc.RunEvent) -> list[Output]:
             if visible == view.draft:
                 return []
             view.draft = visible
+            ts = ev.utc_now_iso_seconds()
             return [
-                Emit(ev.MessageDelta(conversation_id=view.conversation_id, message_id=view.message_id, text=visible))
+                Emit(
+                    ev.MessageDelta(
+                        conversation_id=view.conversation_id, message_id=view.message_id, text=visible, ts=ts
+                    )
+                )
             ]
         case hc.ToolStarted():
             began = began_from_stream(event)

@@ -6,7 +6,8 @@ export const PROTOCOL_VERSION = 1;
 // Protocol extensions this client asks for in its hello; `ready.features` says which were granted.
 // delta_append: `message.delta` as {offset, append} against the draft held (lib/store.js applies both forms).
 // delta_packed: those deltas, after a message's first, as ["d", stream, offset, append] (`unpack`).
-export const FEATURES = ["delta_append", "delta_packed"];
+// delta_paced: at most one every 50 ms, the rest joined: the store draws a draft no more often (lib/store.js).
+export const FEATURES = ["delta_append", "delta_packed", "delta_paced"];
 const MAX_STREAMS = 64; // messages a connection remembers the stream numbers of (a few stream at once)
 const HEARTBEAT_MS = 20000;      // our `ping`; a missing `pong` within PONG_TIMEOUT_MS means the socket is dead
 const PONG_TIMEOUT_MS = 10000;
