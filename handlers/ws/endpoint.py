@@ -20,7 +20,7 @@ from litestar.di import NamedDependency
 from msgspec import UNSET
 
 from handlers.ws.support.context import WsContext, error_for, rid
-from handlers.ws.support.frames import FrameError, decode, receive_frame
+from handlers.ws.support.frames import FrameError, decode, let_go, receive_frame
 from handlers.ws.support.handshake import CLOSE_POLICY_VIOLATION, event_code, handshake
 from handlers.ws.support.registry import dispatch
 from pheby import metrics
@@ -35,6 +35,13 @@ log = logging.getLogger("pheby.ws")
 
 @websocket("/ws")
 async def pheby_socket(socket: WebSocket[Any, Any, Any], services: NamedDependency[Services]) -> None:
+    try:
+        await _accepted(socket, services)
+    finally:
+        let_go(socket)
+
+
+async def _accepted(socket: WebSocket[Any, Any, Any], services: Services) -> None:
     hub = services.hub
     if socket.headers.get("origin") is not None and not services.authenticator.origin_allowed(socket):
         metrics.HELLOS_REFUSED.labels("forbidden_origin").inc()

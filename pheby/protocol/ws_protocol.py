@@ -98,6 +98,9 @@ class PhebyWebSocketProtocol(WebSocketsSansIOProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._give_back_pre_hello()
         super().connection_lost(exc)
+        scope = getattr(self, "scope", None)
+        if scope is not None:  # its `lift`, a method of this protocol in the protocol's own scope: a cycle
+            scope["extensions"].pop(FRAME_LIMIT_EXTENSION, None)
 
     def handle_connect(self, event: Any) -> None:
         super().handle_connect(event)
