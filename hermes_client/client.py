@@ -35,6 +35,7 @@ from hermes_client.models import (
 )
 from hermes_client.run_stream import ReadPause, StreamRefused, body_reads
 from hermes_client.sse import MAX_EVENT_ID_BYTES, SSEDataParser
+from hermes_client.tls import shared_tls_context
 
 __all__ = ["HermesClient"]
 
@@ -177,7 +178,11 @@ class HermesClient:
         timeout = httpx.Timeout(request_timeout, connect=connect_timeout)
         self._stream_timeout = httpx.Timeout(request_timeout, connect=connect_timeout, read=stream_read_timeout)
         self._gateway = httpx.AsyncClient(
-            base_url=base_url, headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout, transport=transport
+            base_url=base_url,
+            headers={"Authorization": f"Bearer {api_key}"},
+            timeout=timeout,
+            transport=transport,
+            verify=shared_tls_context(),
         )
         # Run streams go over a connection of their own (`run_stream`), unless the network is replaced
         # or the environment names a proxy: then through httpx, each HTTP chunk on its own, unpaused.
@@ -191,6 +196,7 @@ class HermesClient:
                 headers={DASHBOARD_TOKEN_HEADER: dashboard_token} if dashboard_token else {},
                 timeout=timeout,
                 transport=dashboard_transport or transport,
+                verify=shared_tls_context(),
             )
 
     @property
@@ -383,7 +389,7 @@ class HermesClient:
             base = self._gateway.base_url
             url = base.copy_with(raw_path=base.raw_path + path.lstrip("/").encode())
             if url.scheme == "https" and self._tls is None:
-                self._tls = httpx.create_ssl_context()
+                self._tls = shared_tls_context()
             fields = [("Authorization", self._gateway.headers["Authorization"]), *(headers or {}).items()]
             timeout = self._stream_timeout
             reads = body_reads(

@@ -27,6 +27,7 @@ from typing import Any, Final
 import httpx
 import msgspec
 
+from hermes_client.tls import shared_tls_context
 from pheby.plugin.extras import EXTRAS, NO_EXTRAS, PluginExtras
 from pheby.plugin.install import read_server_secret
 from pheby.settings import Settings
@@ -90,6 +91,7 @@ class PluginLink:
                 timeout=httpx.Timeout(CALL_TIMEOUT_SECONDS),
                 transport=transport,
                 trust_env=False,
+                verify=shared_tls_context(trust_env=False),
             )
         self._inbound_ok = False
         self._boot_id = ""

@@ -21,6 +21,7 @@ import http_ece
 import httpx
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from hermes_client.tls import shared_tls_context
 from pheby.push.endpoints import EndpointPolicy, EndpointRefused, Target
 from pheby.push.notices import Notice
 from pheby.push.subscriptions import StoredSubscription
@@ -77,6 +78,7 @@ class PushSender:
             trust_env=False,  # an environment proxy must not carry requests to a client's URL
             limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
             transport=transport,
+            verify=shared_tls_context(trust_env=False),
         )
 
     async def send(self, notice: Notice, subscription: StoredSubscription) -> Outcome:

@@ -30,6 +30,7 @@ from joserfc.errors import BadSignatureError, InvalidKeyIdError, JoseError
 from joserfc.jwk import KeySet
 from joserfc.jws import JWSRegistry
 
+from hermes_client.tls import shared_tls_context
 from pheby.errors import Conflict
 from pheby.settings import Settings
 from pheby.store.accounts import Account, Accounts
@@ -365,7 +366,9 @@ class OidcSignIn:
         body = bytearray()
         try:
             async with (
-                httpx.AsyncClient(timeout=HTTP_TIMEOUT_SECONDS, follow_redirects=False) as client,
+                httpx.AsyncClient(
+                    timeout=HTTP_TIMEOUT_SECONDS, follow_redirects=False, verify=shared_tls_context()
+                ) as client,
                 client.stream(method, url, headers=dict(headers), content=content) as response,
             ):
                 async for chunk in response.aiter_bytes():
