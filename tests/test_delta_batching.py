@@ -51,6 +51,10 @@ def folds() -> float:
     return REGISTRY.get_sample_value("pheby_ws_deltas_folded_total") or 0.0
 
 
+def delta_frames_queued() -> float:
+    return REGISTRY.get_sample_value("pheby_ws_frames_sent_total", {"type": "message.delta"}) or 0.0
+
+
 def delta_frames(socket: Socket, message_id: str = MESSAGE) -> int:
     return sum(1 for f in socket.frames if f["type"] == "message.delta" and f["message_id"] == message_id)
 
@@ -66,7 +70,7 @@ async def test_deltas_go_out_one_by_one_while_the_socket_keeps_up_and_fold_while
     assert drafts(socket.frames, MESSAGE) == [d.text for d in deltas[:10]]
 
     socket.open.clear()  # the client stops reading
-    folded = folds()
+    folded, queued = folds(), delta_frames_queued()
     hub.broadcast(ACCOUNT, deltas[10])
     await until(lambda: not connection.holds_unsent_delta(MESSAGE), "the writer holding the frame")
     for event in deltas[11:]:  # the retraction among them
@@ -77,6 +81,7 @@ async def test_deltas_go_out_one_by_one_while_the_socket_keeps_up_and_fold_while
     await until(lambda: delta_frames(socket) == 12, "the held frame and the folded one written")
     await asyncio.sleep(0.05)
     assert delta_frames(socket) == 12  # the one being written when it stopped reading, then one for the rest
+    assert delta_frames_queued() - queued == 2  # a folded delta is no frame (`pheby_ws_frames_sent_total`)
     shown = drafts(socket.frames, MESSAGE)
     assert shown[-1] == deltas[-1].text  # exact
     texts = [d.text for d in deltas]

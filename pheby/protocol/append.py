@@ -132,8 +132,10 @@ class AppendDrafts:
         self._drafts: dict[str, _Draft] = {}
         self._streams = itertools.count(1)
 
-    def send(self, connections: Collection["Connection"], event: MessageDelta, arrived: float | None) -> None:
-        """Send `event` to append connections, each in the form it can apply."""
+    def send(self, connections: Collection["Connection"], event: MessageDelta, arrived: float | None) -> int:
+        """Send `event` to append connections, each in the form it can apply; how many frames that queued (a delta
+        folded into one still waiting is none)."""
+        queued = 0
         draft = self._drafts.get(event.message_id)
         generation = 1 if draft is None else draft.generation + 1
         stream = next(self._streams) if draft is None else draft.stream
@@ -146,11 +148,12 @@ class AppendDrafts:
             if waiting is not None:  # folded into the delta still waiting: from where that one starts
                 at = min(at, waiting)
             frame, size = forms.at(at, packed=connection.delta_packed)
-            connection.send_delta(frame, size, arrived, event.message_id, generation, at)
+            queued += connection.send_delta(frame, size, arrived, event.message_id, generation, at)
         if draft is None:
             self._drafts[event.message_id] = _Draft(event.conversation_id, event.text, generation, stream)
         else:
             draft.text, draft.generation = event.text, generation
+        return queued
 
     def settle(self, connections: Iterable["Connection"], event: Event) -> None:
         """Forget the drafts `event` ends: its message's (`message.complete`), its conversation's (`run.finished`)."""

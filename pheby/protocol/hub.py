@@ -153,24 +153,26 @@ class Connection:
 
     def send_delta(
         self, frame: str, size: int, arrived: float | None, message_id: str, generation: int, offset: int
-    ) -> None:
+    ) -> bool:
         """Queue an append delta of `message_id` that brings the client to draft `generation`, its text going at
         `offset` of the client's draft. When the message's delta still waits (`unsent_offset`), this one takes
         its place and keeps its arrival: then it must bring the client from the draft that one started from
-        (`pheby.protocol.append` folds the two)."""
+        (`pheby.protocol.append` folds the two). Whether a frame of its own was queued."""
         self._drafts[message_id] = generation
         waiting = self._unsent.get(message_id)
         if waiting is None:
             queued = _Queued(frame, size, _now_or(arrived), message_id, offset)
-            if self._enqueue(queued):
-                self._unsent[message_id] = queued
-            return
+            if not self._enqueue(queued):
+                return False
+            self._unsent[message_id] = queued
+            return True
         if self._owed_bytes - waiting.size + size > self._max_bytes:
             self._overflow("bytes owed past the bound")
-            return
+            return False
         metrics.DELTAS_FOLDED.inc()
         self._owed_bytes += size - waiting.size
         waiting.frame, waiting.size, waiting.offset = frame, size, offset  # in place: its turn in the queue stays
+        return False
 
     def unsent_offset(self, message_id: str) -> int | None:
         """Where the message's append delta still waiting in the queue goes in the client's draft (None: none
@@ -392,8 +394,8 @@ class Hub:
             else:
                 appending = [c for c in group if c.delta_append]
                 if appending and form != "cumulative":
-                    self._append_drafts.send(appending, event, arrived)
-                    metrics.frames_sent(event.__struct_config__.tag).inc(len(appending))
+                    queued = self._append_drafts.send(appending, event, arrived)
+                    metrics.frames_sent(event.__struct_config__.tag).inc(queued)
                 if form != "append":
                     self._send_to([c for c in group if not c.delta_append] if appending else group, event, arrived)
         self._append_drafts.settle(self._by_account.get(account_id, ()), event)
