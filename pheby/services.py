@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
+from hermes_client.tls import shared_tls_context
 from pheby import metrics
 from pheby.auth import Authenticator
 from pheby.cancelling import cancel_and_wait
@@ -155,7 +156,7 @@ class Services:
             runs_active=self.runs.active_count,
         )
         # Web Push: decisions and results reach an account none of whose clients is in the foreground.
-        self.push = Push(settings, db, self.hub, self.runs)
+        self.push = Push(settings, db, self.hub, self.runs, tls=shared_tls_context(trust_env=False))
         # A deleted conversation's Hermes sessions, deleted again should a 0.22-era title write bring them back.
         self.session_deletes = SessionDeletes(self.background)
         self.plugin_events = PluginEvents(

@@ -12,6 +12,7 @@ import contextlib
 import email.utils
 import enum
 import json
+import ssl
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +22,6 @@ import http_ece
 import httpx
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from hermes_client.tls import shared_tls_context
 from pheby.push.endpoints import EndpointPolicy, EndpointRefused, Target
 from pheby.push.notices import Notice
 from pheby.push.subscriptions import StoredSubscription
@@ -69,6 +69,7 @@ class PushSender:
         *,
         timeout: float,
         transport: httpx.AsyncBaseTransport | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self._identity = identity
         self._policy = policy
@@ -78,7 +79,7 @@ class PushSender:
             trust_env=False,  # an environment proxy must not carry requests to a client's URL
             limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
             transport=transport,
-            verify=shared_tls_context(trust_env=False),
+            verify=True if tls is None else tls,  # the process's one context, from the composition root
         )
 
     async def send(self, notice: Notice, subscription: StoredSubscription) -> Outcome:

@@ -1,6 +1,7 @@
 """`Push`: Web Push for one server, wired together: what handlers and the composition root call."""
 
 import logging
+import ssl
 
 import httpx
 import msgspec
@@ -47,6 +48,7 @@ class Push:
         *,
         resolver: Resolver | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.identity = VapidIdentity.for_settings(settings)
         self.subscriptions = PushSubscriptions(db)
@@ -58,7 +60,9 @@ class Push:
             decision_seconds=settings.push_decision_seconds,
             preview=settings.push_preview,
         )
-        self.sender = PushSender(self.identity, self.policy, timeout=settings.push_timeout_seconds, transport=transport)
+        self.sender = PushSender(
+            self.identity, self.policy, timeout=settings.push_timeout_seconds, transport=transport, tls=tls
+        )
         self.delivery = PushDelivery(self.subscriptions, self.sender, foreground_elsewhere=hub.foreground_elsewhere)
         self._hub = hub
         self._runs = runs
