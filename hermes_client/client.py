@@ -6,7 +6,6 @@ One ``httpx.AsyncClient`` per Hermes endpoint. Every failure surfaces as one of 
 
 import contextlib
 import logging
-import ssl
 import urllib.request
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from types import TracebackType
@@ -187,7 +186,6 @@ class HermesClient:
         # Run streams go over a connection of their own (`run_stream`), unless the network is replaced
         # or the environment names a proxy: then through httpx, each HTTP chunk on its own, unpaused.
         self._direct_streams = transport is None and not _proxied(self._gateway.base_url)
-        self._tls: ssl.SSLContext | None = None
         self._stream_numbered: bool | None = None
         self._dashboard: httpx.AsyncClient | None = None
         if dashboard_url:
@@ -388,14 +386,12 @@ class HermesClient:
         if self._direct_streams:
             base = self._gateway.base_url
             url = base.copy_with(raw_path=base.raw_path + path.lstrip("/").encode())
-            if url.scheme == "https" and self._tls is None:
-                self._tls = shared_tls_context()
             fields = [("Authorization", self._gateway.headers["Authorization"]), *(headers or {}).items()]
             timeout = self._stream_timeout
             reads = body_reads(
                 url,
                 fields,
-                tls=self._tls if url.scheme == "https" else None,
+                tls=shared_tls_context() if url.scheme == "https" else None,
                 connect_timeout=timeout.connect,
                 read_timeout=timeout.read,
                 read_pause=read_pause,
