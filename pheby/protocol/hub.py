@@ -262,20 +262,25 @@ class Connection:
                 item = self._queue.popleft()  # out of the queue while it is written: no longer folded into
                 if item is None or self.closed.is_set():
                     return
-                if item.delta_of is not None and self._unsent.get(item.delta_of) is item:
-                    del self._unsent[item.delta_of]
+                if (message_id := self._folded_into(item)) is not None:
+                    del self._unsent[message_id]
                 await self._send_text(item.frame)
                 self._owed_bytes -= item.size
                 metrics.EVENT_TO_FRAME.observe(time.monotonic() - item.arrived)
         except Exception:  # noqa: BLE001 - the socket went away; the reader loop sees the disconnect too
             self.closed.set()
 
+    def _folded_into(self, item: _Queued) -> str | None:
+        """The message whose newer deltas are still folded into `item` (None: `item` takes no more)."""
+        message_id = item.delta_of
+        return message_id if message_id is not None and self._unsent.get(message_id) is item else None
+
     async def _keep_pace(self) -> None:
         """Hold an append delta at the head of the queue, which newer deltas are still folded into, until the
         pace allows one (or a frame it must precede is queued); then the queue goes out whole, and the next
         pace starts."""
         head = self._queue[0]
-        if head is None or head.delta_of is None or self._unsent.get(head.delta_of) is not head:
+        if head is None or self._folded_into(head) is None:
             return
         wait = self._paced_until - time.monotonic()
         if wait > 0:
