@@ -257,6 +257,7 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
             blobs=blobs,
             hermes=hermes,
         )
+        await services.search.prepare()  # e.g. after a migration that queued every row's terms again
         if isinstance(services.hub, ClusterHub):  # closed after everything that may broadcast
             await services.hub.start()
             stack.push_async_callback(_close_cluster_hub, services.hub)

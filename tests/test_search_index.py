@@ -77,7 +77,7 @@ async def integrity(db: Db) -> None:
         assert sorted(indexed) == sorted(kept)
         texts = document_texts(conn, kept)
         for rowid, (vector, length) in indexed.items():
-            literal, size = terms(texts[rowid])
+            literal, size = terms(rowid, texts[rowid])
             assert length == size
             assert vector == conn.execute("SELECT ?::tsvector::text", (literal,)).fetchone()[0]
         totals = conn.execute("SELECT documents, tokens FROM search_totals").fetchone()

@@ -17,6 +17,7 @@ index, keep one SQL for both engines. A search runs it too before it reads (`pos
 statement outside a transaction (or SQL run by hand) left pending.
 """
 
+import itertools
 from collections.abc import Iterable, Sequence
 from typing import Any, Final, NamedTuple
 
@@ -24,6 +25,7 @@ import msgspec
 
 from pheby.db import Connection
 from pheby.search.tokens import tokens
+from pheby.search.word_pairs import PAIRS_MAX_BYTES, pair_lexemes
 
 PARTITION_ROWS: Final = 1 << 40  # an account's range of index rows: messages, then labels
 MESSAGE_ROWS: Final = 1 << 39
@@ -31,7 +33,14 @@ LEXEME_MAX_BYTES: Final = 2046  # PostgreSQL's longest lexeme (a longer word is 
 POSITION_MAX: Final = 16383  # PostgreSQL's last position: later words are kept there (found, not in phrases)
 POSITIONS_MAX: Final = 256  # positions a lexeme keeps in a tsvector
 TSVECTOR_MAX_BYTES: Final = 1_000_000  # a tsvector's lexemes, at most (PostgreSQL refuses over 1 MiB)
+WORDS_MAX_BYTES: Final = TSVECTOR_MAX_BYTES - PAIRS_MAX_BYTES - 32  # the rest: the pairs and the range always fit
 PENDING_BATCH: Final = 10_000  # rows written by one statement (a backfill takes several)
+
+
+def range_lexeme(rowid: int) -> str:
+    """The lexeme every row of the row's range holds (an account's messages, or its labels), so the GIN
+    index gives the range's rows alone: `#` (no word holds it) and the range's number."""
+    return f"#{rowid // MESSAGE_ROWS}"
 
 
 def is_message(rowid: int) -> bool:
@@ -86,9 +95,10 @@ def quoted(lexeme: str) -> str:
     return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
-def terms(text: str) -> tuple[str, int]:
-    """The text's tsvector literal (each token's folded form and positions, as PostgreSQL's limits allow)
-    and its length in tokens (all of them: BM25's)."""
+def terms(rowid: int, text: str) -> tuple[str, int]:
+    """The row's tsvector literal and its text's length in tokens (all of them: BM25's). The tsvector holds
+    each token's folded form and positions, as PostgreSQL's limits allow; the lexeme of each pair of
+    adjacent tokens (`pheby.search.word_pairs`); and the row's range lexeme (`range_lexeme`)."""
     found = tokens(text)
     positions: dict[str, list[int]] = {}
     size = 0
@@ -97,33 +107,34 @@ def terms(text: str) -> tuple[str, int]:
         kept = positions.get(lexeme)
         if kept is None:
             length = len(lexeme.encode())
-            if length > LEXEME_MAX_BYTES or size + length > TSVECTOR_MAX_BYTES:
+            if length > LEXEME_MAX_BYTES or size + length > WORDS_MAX_BYTES:
                 continue
             size += length
             positions[lexeme] = kept = []
         if len(kept) < POSITIONS_MAX and (not kept or kept[-1] < POSITION_MAX):
             kept.append(min(position, POSITION_MAX))
-    literal = " ".join(f"{quoted(lexeme)}:{','.join(map(str, at))}" for lexeme, at in positions.items())
-    return literal, len(found)
+    words = [f"{quoted(lexeme)}:{','.join(map(str, at))}" for lexeme, at in positions.items()]
+    pairs = [quoted(lexeme) for lexeme in pair_lexemes([token.folded for token in found])]
+    return " ".join([*words, *pairs, quoted(range_lexeme(rowid))]), len(found)
 
 
-def index_pending(conn: Connection) -> int:
-    """Write the terms of the queued index rows (PostgreSQL; SQLite's triggers index as they write): how many.
+def index_pending(conn: Connection, *, batches: int | None = None) -> int:
+    """Write the terms of the queued index rows (PostgreSQL; SQLite's triggers index as they write), all of
+    them or the first `batches` of `PENDING_BATCH`: how many.
 
-    One statement writes them all (up to `PENDING_BATCH` at a time, for a backfill) and takes them off the
-    queue, their ids, terms and lengths bound as three arrays: so the totals' statement trigger updates
-    `search_totals` once."""
+    One statement writes a batch and takes it off the queue, their ids, terms and lengths bound as three
+    arrays: so the totals' statement trigger updates `search_totals` once."""
     if conn.engine != "postgresql":
         return 0
     done = 0
-    while True:
+    for _ in itertools.count() if batches is None else range(batches):
         rowids = [
             r[0] for r in conn.execute("SELECT id FROM search_pending ORDER BY id LIMIT ?", (PENDING_BATCH,)).fetchall()
         ]
         if not rowids:
             return done
         texts = document_texts(conn, rowids)
-        made = [terms(texts.get(rowid, "")) for rowid in rowids]
+        made = [terms(rowid, texts.get(rowid, "")) for rowid in rowids]
         conn.execute(
             "WITH done AS (DELETE FROM search_pending WHERE id = ANY(?::bigint[])) "
             "INSERT INTO search_index (id, terms, length) "
@@ -134,4 +145,5 @@ def index_pending(conn: Connection) -> int:
         )
         done += len(rowids)
         if len(rowids) < PENDING_BATCH:
-            return done
+            break
+    return done

@@ -25,7 +25,7 @@ import msgspec
 from pheby.db import Connection, Database
 from pheby.errors import BadRequest
 from pheby.protocol.frames import SearchHitAttachment, SearchResult, iso_utc
-from pheby.search.documents import MESSAGE_ROWS, PARTITION_ROWS, document_texts, wanted
+from pheby.search.documents import MESSAGE_ROWS, PARTITION_ROWS, wanted
 from pheby.search.engine import IndexEngine
 from pheby.search.query import SearchQuery, Term, parse_query
 from pheby.search.ranking import Ranker, idf, lookup_query, lookup_term
@@ -36,7 +36,7 @@ __all__ = ["CURSOR_PATTERN", "MESSAGE_ROWS", "PAGE_DEFAULT", "PAGE_MAX", "PARTIT
 PAGE_MAX: Final = 50
 PAGE_DEFAULT: Final = 20
 WINDOW: Final = 500  # index rows ranked at a time
-IDF_SAMPLE: Final = 256  # a term's newest rows read to estimate its IDF
+IDF_SAMPLE: Final = 64  # a term's newest rows read to estimate its IDF (its share, to within about an eighth)
 WINDOWS_PER_PAGE: Final = 8  # windows read for one page when a window's candidates hold no match
 CURSOR_PATTERN = r"^\d{1,19}\.\d{1,6}$"  # what `next_cursor` looks like: the OpenAPI document says so too
 _CURSOR = re.compile(r"(\d{1,19})\.(\d{1,6})")
@@ -60,6 +60,11 @@ class SearchIndex:
         self._engine = _engine(db)
         self._window = window
         self._clock = clock
+
+    async def prepare(self) -> None:
+        """Bring the index up to what is committed (on PostgreSQL: the terms of queued rows, as a migration
+        leaves them). A search does it before it reads; the server does it as it starts, before it serves."""
+        await self._engine.prepare(self._db)
 
     async def search(
         self, account_id: str, text: str, *, limit: int = PAGE_DEFAULT, cursor: str | None = None
@@ -90,7 +95,7 @@ class SearchIndex:
                 if not pinned:
                     below = candidates[0] + 1  # later pages keep this window
                 ranker = ranker or self._ranker(conn, first, query)
-                texts, sizes = document_texts(conn, candidates), self._engine.lengths(conn, candidates)
+                texts, sizes = self._engine.documents(conn, candidates)
                 ranked = ranker.ranked(candidates, texts, sizes)
             else:
                 ranked = []
@@ -186,8 +191,23 @@ def _results(
     conn: Connection, account_id: str, first: int, query: SearchQuery, rowids: Sequence[int], now: float
 ) -> list[SearchResult]:
     """The rows' results in the rows' order; a row whose conversation or attachment is gone is left out."""
+    messages = _message_rows(conn, account_id, [rowid for rowid in rowids if rowid - first < MESSAGE_ROWS])
+    labels = _label_rows(conn, account_id, [rowid for rowid in rowids if rowid - first >= MESSAGE_ROWS])
+    results: list[SearchResult] = []
+    for rowid in rowids:
+        if rowid - first < MESSAGE_ROWS:
+            if (message := messages.get(rowid)) is not None:
+                results.append(_message_result(message, query))
+        elif (label := labels.get(rowid)) is not None and (result := _label_result(label, query, now)) is not None:
+            results.append(result)
+    return results
+
+
+def _message_rows(conn: Connection, account_id: str, rowids: Sequence[int]) -> dict[int, _MessageRow]:
+    if not rowids:  # most pages hold rows of one kind: the other's tables are not read
+        return {}
     ids = wanted(conn, rowids)
-    messages = {
+    return {
         r[0]: _MessageRow(*r[1:])
         for r in conn.execute(
             # CROSS JOIN: the rows by their ids first (else the planner may walk the account's conversations).
@@ -197,7 +217,13 @@ def _results(
             (ids.parameter, account_id),
         )
     }
-    labels = {
+
+
+def _label_rows(conn: Connection, account_id: str, rowids: Sequence[int]) -> dict[int, _LabelRow]:
+    if not rowids:
+        return {}
+    ids = wanted(conn, rowids)
+    return {
         r[0]: _LabelRow(*r[1:])
         for r in conn.execute(
             "SELECT l.id, l.conversation_id, c.name, COALESCE(c.last_active, c.created_at), "  # noqa: S608 - constant SQL
@@ -208,14 +234,6 @@ def _results(
             (ids.parameter, account_id),
         )
     }
-    results: list[SearchResult] = []
-    for rowid in rowids:
-        if rowid - first < MESSAGE_ROWS:
-            if (message := messages.get(rowid)) is not None:
-                results.append(_message_result(message, query))
-        elif (label := labels.get(rowid)) is not None and (result := _label_result(label, query, now)) is not None:
-            results.append(result)
-    return results
 
 
 def _message_result(message: _MessageRow, query: SearchQuery) -> SearchResult:

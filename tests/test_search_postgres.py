@@ -1,0 +1,196 @@
+"""How the PostgreSQL index finds a query's rows (`pheby.search.postgres_index`), against what the rows hold.
+
+Its two reads, the walk down the key and the GIN index's lookup (a phrase by its word pairs,
+`pheby.search.word_pairs`, each row then checked from its positions), must give the same rows, newest
+first, as reading every row of the account: for every kind of term, with either read forced and with the
+choice left to the costs, whatever another account holds. Pairs that share a lexeme must not make a hit.
+A database indexed before the pairs were is rewritten by its migration and the next `prepare`.
+"""
+
+import itertools
+import random
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from pheby.db import Connection, Database, open_database
+from pheby.protocol.frames import HistoryMessage
+from pheby.search import postgres_index
+from pheby.search.documents import MESSAGE_ROWS, PARTITION_ROWS, quoted
+from pheby.search.index import SearchIndex
+from pheby.search.postgres_index import PostgresIndex, lookup_tsquery
+from pheby.search.query import SearchQuery, Term, parse_query
+from pheby.search.tokens import tokens
+from pheby.search.word_pairs import ALPHABET, pair_lexeme
+from pheby.store.accounts import Accounts
+from pheby.store.conversations import Conversations, TranscriptTurn
+
+pytestmark = pytest.mark.anyio
+
+WORDS = ["alpha", "beta", "gamma", "delta", "rare", "omega", "kappa", "sigma"]
+WEIGHTS = [40, 30, 20, 10, 0.3, 5, 5, 5]
+PAIRS_VERSION = 25  # the migration that added the pairs' and the ranges' lexemes
+
+
+@pytest.fixture
+async def db(migrated_postgres_url: str, tmp_path: Path) -> AsyncIterator[Database]:
+    database = open_database(migrated_postgres_url, tmp_path / "unused")
+    await database.open()
+    yield database
+    await database.close()
+
+
+async def log(db: Database, account_id: str, name: str, texts: list[str]) -> None:
+    conversations = Conversations(db)
+    chat = await conversations.create(account_id, name)
+    shown = [
+        HistoryMessage(message_id=f"m{i + 1}", role="user" if i % 2 == 0 else "assistant", text=text, ts=None)
+        for i, text in enumerate(texts)
+    ]
+    turns = [TranscriptTurn(i + 1, m.role, m.text) for i, m in enumerate(shown)]
+    await conversations.log_transcript(chat.id, shown, turns)
+
+
+def holds(text: str, term: Term) -> bool:
+    words = [token.folded for token in tokens(text)]
+    size = len(term.words)
+    for at in range(len(words) - size + 1):
+        *whole, last = words[at : at + size]
+        if whole == list(term.words[:-1]) and (
+            last.startswith(term.words[-1]) if term.prefix else last == term.words[-1]
+        ):
+            return True
+    return False
+
+
+def expected(rows: dict[int, str], query: SearchQuery, low: int, high: int, limit: int) -> list[int]:
+    """The newest `limit` rows in [low, high) holding every term: read one by one."""
+    hits = [rowid for rowid, text in rows.items() if low <= rowid < high and all(holds(text, t) for t in query.terms)]
+    return sorted(hits, reverse=True)[:limit]
+
+
+async def account_rows(db: Database, account_id: str) -> tuple[int, dict[int, str]]:
+    def read(conn: Connection) -> tuple[int, dict[int, str]]:
+        number = conn.execute("SELECT number FROM search_partitions WHERE account_id = ?", (account_id,)).fetchone()[0]
+        first = int(number) * PARTITION_ROWS
+        messages = conn.execute(
+            "SELECT id, text FROM history_log WHERE id >= ? AND id < ?", (first, first + PARTITION_ROWS)
+        ).fetchall()
+        names = conn.execute(
+            "SELECT l.id, c.name FROM search_labels l JOIN conversations c ON c.id = l.conversation_id "
+            "WHERE l.id >= ? AND l.id < ?",
+            (first, first + PARTITION_ROWS),
+        ).fetchall()
+        return first, {int(rowid): text for rowid, text in [*messages, *names]}
+
+    return await db.run(read)
+
+
+QUERIES = [
+    "alpha",
+    "rare",
+    "sigma kappa",
+    '"alpha beta"',
+    '"beta alpha gamma"',
+    '"rare alpha"',
+    '"delta omega" kappa',
+    "gam*",
+    '"alpha ga*"',
+    '"alpha beta ra*"',
+    "absent",
+    '"omega omega"',
+]
+
+
+@pytest.mark.parametrize("read", ["costs", "walk", "index"])
+async def test_both_reads_find_the_newest_rows_holding_the_query_as_reading_every_row_does(
+    db: Database, monkeypatch: pytest.MonkeyPatch, read: str
+) -> None:
+    index = PostgresIndex(db)  # first, as the server makes it: each write's transaction then writes its terms
+    rng = random.Random(7)
+    accounts = Accounts(db)
+    alice, bob = (await accounts.create("alice")).id, (await accounts.create("bob")).id
+    for number in range(6):
+        texts = [" ".join(rng.choices(WORDS, WEIGHTS, k=rng.randint(2, 12))) for _ in range(120)]
+        await log(db, alice, f"{rng.choice(WORDS)} chat {number}", texts)
+    # Bob's rows hold the same words, the rare one and its phrases most: never alice's hits.
+    await log(db, bob, "rare alpha", ["rare alpha " * 3] * 150)
+    monkeypatch.setattr(postgres_index, "WALK_FIRST", 16)
+    monkeypatch.setattr(postgres_index, "WALK_PER_MATCH", 1)
+    if read != "costs":  # every read after the first walk: the walk (no index), or the index (nothing to walk)
+        monkeypatch.setattr(postgres_index, "GIN_ROW_COST", 10**9 if read == "walk" else 0)
+        monkeypatch.setattr(postgres_index, "GIN_READ_ROWS", 0)
+    first, rows = await account_rows(db, alice)
+    found_any = 0
+    for text, limit in itertools.product(QUERIES, (1, 7, 60, 1000)):
+        query = parse_query(text)
+        for low, high in ((first, first + PARTITION_ROWS), (first, first + MESSAGE_ROWS), (first, first + 300)):
+            got = await db.run(lambda c: index.matching(c, query, low, high, limit))  # noqa: B023
+            assert got == expected(rows, query, low, high, limit), (text, limit, high - first)
+            found_any += bool(got)
+    assert found_any > 50
+
+
+async def test_pairs_that_share_a_lexeme_make_no_hit(db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, tuple[str, str]] = {}
+    for first, second in itertools.product((f"w{n}" for n in range(400)), repeat=2):
+        lexeme = pair_lexeme(first, second)
+        if lexeme in seen and seen[lexeme][0] not in (first, second) and seen[lexeme][1] not in (first, second):
+            break
+        seen[lexeme] = (first, second)
+    (a, b), (c, d) = seen[lexeme], (first, second)
+    account = (await Accounts(db).create("alice")).id
+    # Rows holding "c d" (the lexeme of "a b") and the words a and b, never side by side.
+    await log(db, account, "Notes", [f"{c} {d} {b} x {a}"] * 40 + [f"{a} {b}"] + [f"{b} {a} {c} {d}"] * 40)
+    monkeypatch.setattr(postgres_index, "GIN_ROW_COST", 0)
+    monkeypatch.setattr(postgres_index, "GIN_READ_ROWS", 0)
+    monkeypatch.setattr(postgres_index, "WALK_FIRST", 2)
+    monkeypatch.setattr(postgres_index, "WALK_PER_MATCH", 0)
+    page = await SearchIndex(db).search(account, f'"{a} {b}"')
+    assert [(r.message_id, r.snippet) for r in page.results] == [("m41", f"{a} {b}")]
+
+
+def test_a_phrase_is_looked_up_by_its_pairs_and_a_word_or_prefix_as_itself() -> None:
+    # The pairs' lexemes are a stored format: a change of hash is a migration that rewrites every row.
+    assert [pair_lexeme(*pair) for pair in (("tram", "28"), ("cafe", "nicola"), ("a", "b"))] == ["\\&!", "'`@", "\\'>"]
+    assert all(len(pair_lexeme(w, "x")) == 3 and set(pair_lexeme(w, "x")) <= set(ALPHABET) for w in WORDS)
+    pairs = [quoted(pair_lexeme("cafe", "nicola")), quoted(pair_lexeme("nicola", "near"))]
+    assert (
+        lookup_tsquery(parse_query('"cafe nicola near" tram ca*')) == f"({pairs[0]} & {pairs[1]}) & ('tram') & ('ca':*)"
+    )
+    assert lookup_tsquery(parse_query("e-mai*")) == "('e' & 'mai':*)"  # a word's parts: a phrase
+
+
+async def test_rows_indexed_before_the_pairs_are_rewritten_by_the_migration_and_the_next_prepare(
+    migrated_postgres_url: str, tmp_path: Path
+) -> None:
+    db = open_database(migrated_postgres_url, tmp_path / "unused")
+    await db.open()
+    try:  # rows written, then made as they were before the pairs, the migration not yet applied
+        SearchIndex(db)
+        account = (await Accounts(db).create("alice")).id
+        await log(db, account, "Trams", ["take tram 28 to the castle", "the 28 is not a tram"] * 30)
+        await db.transaction(
+            lambda c: c.execute(
+                "UPDATE search_index SET terms = ts_delete(terms, "
+                "ARRAY(SELECT lexeme FROM unnest(terms) WHERE lexeme ~ '^[!-/:-@\\[-`{-~]'))"
+            )
+        )
+        await db.transaction(lambda c: c.execute("DELETE FROM schema_migrations WHERE version >= ?", (PAIRS_VERSION,)))
+    finally:
+        await db.close()
+    db = open_database(migrated_postgres_url, tmp_path / "unused")
+    await db.open()
+    try:
+        pending = await db.run(lambda c: c.execute("SELECT count(*) FROM search_pending").fetchone()[0])
+        assert pending == 61  # every message and the conversation's name
+        search = SearchIndex(db)
+        await search.prepare()
+        terms = await db.run(lambda c: [r[0] for r in c.execute("SELECT terms::text FROM search_index")])
+        assert len(terms) == 61
+        assert sum(quoted(pair_lexeme("tram", "28")) in t for t in terms) == 30  # each "take tram 28 …"
+        page = await search.search(account, '"tram 28"')
+        assert {r.snippet for r in page.results} == {"take tram 28 to the castle"}
+    finally:
+        await db.close()
