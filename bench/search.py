@@ -2,7 +2,8 @@
 
 Run: `.venv/bin/python bench/search.py [--conversations 10000] [--messages 100] [--queries 400] [--turns 200]
 [--engine sqlite|postgresql] [--database-url URL]`: on PostgreSQL, in a new database made on the server of
-`--database-url` (a user that may create databases), or on a throwaway server (`tests/postgres_server.py`).
+`--database-url` (a user that may create databases), or on a throwaway server (`tests/postgres_server.py`,
+with PostgreSQL's default `shared_buffers`).
 
 A new data dir (migrated as the server does) gets two accounts: a large one with `--conversations`
 conversations of `--messages` messages each (user and assistant in turn, generated from a seeded
@@ -54,6 +55,7 @@ SEED: Final = 24
 TARGET_P99_MS: Final = 50.0
 TARGET_TURN_MS: Final = 1.0
 TARGET_SIZE: Final = 1.5
+POSTGRES_SHARED_BUFFERS: Final = "128MB"  # PostgreSQL's default (the tests' servers run on less)
 _SYLLABLES = [
     "ka",
     "lo",
@@ -267,7 +269,7 @@ def postgres_database(url: str) -> Iterator[str]:
     """A new database on the server of `url`, or on a throwaway server if `url` is empty; dropped after."""
     from tests.postgres_server import PostgresServer, fresh_database
 
-    server = None if url else PostgresServer()
+    server = None if url else PostgresServer(shared_buffers=POSTGRES_SHARED_BUFFERS)
     try:
         with fresh_database(server.url if server is not None else url) as database_url:
             yield database_url

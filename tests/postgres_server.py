@@ -78,8 +78,10 @@ class PostgresServer(server_process.ThrowawayServer):
 
     name = "PostgreSQL"
 
-    def __init__(self) -> None:
+    def __init__(self, *, shared_buffers: str = "16MB") -> None:
+        """`shared_buffers`: small for the tests' many servers; a benchmark asks for PostgreSQL's default."""
         self._bin = _bin_dir()
+        self._shared_buffers = shared_buffers
         self._owner = _unprivileged()
         # Not under pytest's basetemp: that is 0700 to root, which `nobody` could not enter.
         super().__init__(Path(tempfile.mkdtemp(prefix="pheby-pg-", dir="/tmp" if self._owner else None)))
@@ -179,7 +181,7 @@ class PostgresServer(server_process.ThrowawayServer):
                     "-c",
                     f"unix_socket_directories={self.base}",
                     "-c",
-                    "shared_buffers=16MB",
+                    f"shared_buffers={self._shared_buffers}",
                     "-c",
                     "max_connections=100",
                 ],
