@@ -9,7 +9,6 @@ A database indexed before the pairs were is rewritten by its migration and the n
 
 import itertools
 import random
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -27,18 +26,11 @@ from pheby.store.accounts import Accounts
 from pheby.store.conversations import Conversations, TranscriptTurn
 
 pytestmark = pytest.mark.anyio
+on_postgresql = pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)  # `db`'s engine
 
 WORDS = ["alpha", "beta", "gamma", "delta", "rare", "omega", "kappa", "sigma"]
 WEIGHTS = [40, 30, 20, 10, 0.3, 5, 5, 5]
 PAIRS_VERSION = 25  # the migration that added the pairs' and the ranges' lexemes
-
-
-@pytest.fixture
-async def db(migrated_postgres_url: str, tmp_path: Path) -> AsyncIterator[Database]:
-    database = open_database(migrated_postgres_url, tmp_path / "unused")
-    await database.open()
-    yield database
-    await database.close()
 
 
 async def log(db: Database, account_id: str, name: str, texts: list[str]) -> None:
@@ -103,6 +95,7 @@ QUERIES = [
 ]
 
 
+@on_postgresql
 @pytest.mark.parametrize("read", ["costs", "walk", "index"])
 async def test_both_reads_find_the_newest_rows_holding_the_query_as_reading_every_row_does(
     db: Database, monkeypatch: pytest.MonkeyPatch, read: str
@@ -132,6 +125,7 @@ async def test_both_reads_find_the_newest_rows_holding_the_query_as_reading_ever
     assert found_any > 50
 
 
+@on_postgresql
 async def test_pairs_that_share_a_lexeme_make_no_hit(db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
     seen: dict[str, tuple[str, str]] = {}
     for first, second in itertools.product((f"w{n}" for n in range(400)), repeat=2):
@@ -162,10 +156,11 @@ def test_a_phrase_is_looked_up_by_its_pairs_and_a_word_or_prefix_as_itself() -> 
     assert lookup_tsquery(parse_query("e-mai*")) == "('e' & 'mai':*)"  # a word's parts: a phrase
 
 
+@on_postgresql
 async def test_rows_indexed_before_the_pairs_are_rewritten_by_the_migration_and_the_next_prepare(
-    migrated_postgres_url: str, tmp_path: Path
+    database_url: str, tmp_path: Path
 ) -> None:
-    db = open_database(migrated_postgres_url, tmp_path / "unused")
+    db = open_database(database_url, tmp_path / "unused")
     await db.open()
     try:  # rows written, then made as they were before the pairs, the migration not yet applied
         SearchIndex(db)
@@ -180,7 +175,7 @@ async def test_rows_indexed_before_the_pairs_are_rewritten_by_the_migration_and_
         await db.transaction(lambda c: c.execute("DELETE FROM schema_migrations WHERE version >= ?", (PAIRS_VERSION,)))
     finally:
         await db.close()
-    db = open_database(migrated_postgres_url, tmp_path / "unused")
+    db = open_database(database_url, tmp_path / "unused")
     await db.open()
     try:
         pending = await db.run(lambda c: c.execute("SELECT count(*) FROM search_pending").fetchone()[0])
