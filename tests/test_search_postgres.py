@@ -15,7 +15,7 @@ import pytest
 
 from pheby.db import Connection, Database, open_database
 from pheby.protocol.frames import HistoryMessage
-from pheby.search import postgres_index
+from pheby.search import documents, postgres_index
 from pheby.search.documents import MESSAGE_ROWS, PARTITION_ROWS, quoted
 from pheby.search.index import SearchIndex
 from pheby.search.postgres_index import PostgresIndex, lookup_tsquery
@@ -158,7 +158,7 @@ def test_a_phrase_is_looked_up_by_its_pairs_and_a_word_or_prefix_as_itself() -> 
 
 @on_postgresql
 async def test_rows_indexed_before_the_pairs_are_rewritten_by_the_migration_and_the_next_prepare(
-    database_url: str, tmp_path: Path
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     db = open_database(database_url, tmp_path / "unused")
     await db.open()
@@ -178,12 +178,18 @@ async def test_rows_indexed_before_the_pairs_are_rewritten_by_the_migration_and_
     db = open_database(database_url, tmp_path / "unused")
     await db.open()
     try:
-        pending = await db.run(lambda c: c.execute("SELECT count(*) FROM search_pending").fetchone()[0])
-        assert pending == 61  # every message and the conversation's name
+        pending = "SELECT count(*) FROM search_pending"
+        assert await db.run(lambda c: c.execute(pending).fetchone()[0]) == 61  # every message, and the name
+        # A writer meanwhile takes a batch of the backfill (10 here), not the whole; a search, all the rest.
+        monkeypatch.setattr(documents, "PENDING_BATCH", 10)
+        monkeypatch.setattr(postgres_index, "PENDING_BATCH", 10)
         search = SearchIndex(db)
+        await Conversations(db).create(account, "Buses")  # queues its name, and writes 10 of the queue
+        assert await db.run(lambda c: c.execute(pending).fetchone()[0]) == 61 + 1 - 10
         await search.prepare()
+        assert await db.run(lambda c: c.execute(pending).fetchone()[0]) == 0
         terms = await db.run(lambda c: [r[0] for r in c.execute("SELECT terms::text FROM search_index")])
-        assert len(terms) == 61
+        assert len(terms) == 62
         assert sum(quoted(pair_lexeme("tram", "28")) in t for t in terms) == 30  # each "take tram 28 …"
         page = await search.search(account, '"tram 28"')
         assert {r.snippet for r in page.results} == {"take tram 28 to the castle"}

@@ -10,11 +10,13 @@ Tokenizing is Python's (`pheby.search.tokens`, the rule of FTS5's `unicode61 rem
 FTS5 applies that rule itself, in the triggers. PostgreSQL can't: its parser and lower() follow the
 database's locale, and would split and fold other text differently from the query's words. So there a
 trigger queues a new or changed row (search_pending), and `index_pending` writes its terms, made here,
-as a tsvector literal (the lexemes and positions as they are, no PostgreSQL parser in between). It runs at
-the end of every transaction, before the commit (`Database.add_commit_step`, which the PostgreSQL search
-engine registers): so a write's terms are committed with it, and the stores, which know nothing of the
-index, keep one SQL for both engines. A search runs it too before it reads (`postgres_index`), for rows a
-statement outside a transaction (or SQL run by hand) left pending.
+as a tsvector literal (the lexemes and positions as they are, no PostgreSQL parser in between). A batch
+of it runs at the end of every transaction, before the commit (`index_written`, the commit step the
+PostgreSQL search engine registers with `Database.add_commit_step`): so a write's terms are committed with
+it, and the stores, which know nothing of the index, keep one SQL for both engines. A search runs it too,
+to the end of the queue, before it reads (`postgres_index`): for rows a statement outside a transaction (or
+SQL run by hand) left pending, and for a backfill (a migration queues every row), which writers take a
+batch of at a time rather than wait for the whole.
 """
 
 import itertools
@@ -116,6 +118,12 @@ def terms(rowid: int, text: str) -> tuple[str, int]:
     words = [f"{quoted(lexeme)}:{','.join(map(str, at))}" for lexeme, at in positions.items()]
     pairs = [quoted(lexeme) for lexeme in pair_lexemes([token.folded for token in found])]
     return " ".join([*words, *pairs, quoted(range_lexeme(rowid))]), len(found)
+
+
+def index_written(conn: Connection) -> int:
+    """The commit step: the terms of the first batch of queued rows (all that a write queues, but during a
+    backfill), as `index_pending`."""
+    return index_pending(conn, batches=1)
 
 
 def index_pending(conn: Connection, *, batches: int | None = None) -> int:

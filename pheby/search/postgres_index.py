@@ -14,7 +14,6 @@ often; the GIN index gives every row holding the term at once, wherever it is, s
 Short walks first measure how often the term occurs, and that decides (`_newest`).
 """
 
-import functools
 import math
 from collections.abc import Sequence
 from typing import Final, NamedTuple
@@ -24,7 +23,7 @@ from pheby.search.documents import (
     MESSAGE_ROWS,
     PARTITION_ROWS,
     PENDING_BATCH,
-    index_pending,
+    index_written,
     is_message,
     quoted,
     range_lexeme,
@@ -69,13 +68,14 @@ GIN_READ_ROWS: Final = 4096  # …after the index's own read of the terms' lists
 
 class PostgresIndex(IndexEngine):
     def __init__(self, db: Database) -> None:
-        db.add_commit_step(index_pending)  # every writer's transaction indexes what it wrote
+        db.add_commit_step(index_written)  # every writer's transaction indexes what it wrote
 
     async def prepare(self, db: Database) -> None:
         """Terms for rows a write outside the stores left pending (the stores index their own), or a migration
-        queued: a batch to a transaction, so writers wait for one batch at most, not for a whole backfill."""
+        queued: a batch or two to a transaction (its own and the commit step's), so writers wait for that
+        much at most, not for a whole backfill."""
         if await db.run(lambda c: c.execute("SELECT 1 FROM search_pending LIMIT 1").fetchone()):
-            while await db.transaction(functools.partial(index_pending, batches=1)) == PENDING_BATCH:
+            while await db.transaction(index_written) == PENDING_BATCH:
                 pass
 
     def matching(self, conn: Connection, query: SearchQuery, low: int, high: int, limit: int) -> list[int]:
@@ -98,15 +98,16 @@ class PostgresIndex(IndexEngine):
 
     def documents(self, conn: Connection, rowids: Sequence[int]) -> tuple[dict[int, str], dict[int, int]]:
         """A message's text and length in one read (most rows are messages); the labels' as the engine's."""
-        messages = wanted(conn, [rowid for rowid in rowids if is_message(rowid)])
         texts: dict[int, str] = {}
         sizes: dict[int, int] = {}
-        for rowid, text, length in conn.execute(
-            f"SELECT h.id, h.text, i.length FROM {messages.table} "  # noqa: S608 - `wanted`'s constant SQL
-            "JOIN history_log h ON h.id = wanted.value JOIN search_index i ON i.id = h.id",
-            (messages.parameter,),
-        ):
-            texts[int(rowid)], sizes[int(rowid)] = text, int(length)
+        if messages := [rowid for rowid in rowids if is_message(rowid)]:
+            ids = wanted(conn, messages)
+            for rowid, text, length in conn.execute(
+                f"SELECT h.id, h.text, i.length FROM {ids.table} "  # noqa: S608 - `wanted`'s constant SQL
+                "JOIN history_log h ON h.id = wanted.value JOIN search_index i ON i.id = h.id",
+                (ids.parameter,),
+            ):
+                texts[int(rowid)], sizes[int(rowid)] = text, int(length)
         labels = [rowid for rowid in rowids if not is_message(rowid)]
         if labels:
             label_texts, label_sizes = super().documents(conn, labels)
