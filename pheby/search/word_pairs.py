@@ -4,8 +4,9 @@ PostgreSQL's GIN index of a tsvector keeps which rows hold a lexeme, not where: 
 looked up as the rows holding all of its words, and each of those rows is then read to check that the
 words are adjacent. For a phrase of common words that are seldom adjacent that is most of the rows
 holding both: thousands of rows read from the table to find a few. So each row's tsvector also holds a
-lexeme for each pair of adjacent words in it, and a phrase asks for its pairs' lexemes too: the index
-then gives about the rows where the pairs occur, and the check of positions runs on those only.
+lexeme for each pair of adjacent words in it, and a phrase is looked up by its pairs' lexemes instead of
+its words (`pheby.search.postgres_index.lookup_tsquery`): the index then gives about the rows where the
+pairs occur, and the check of positions runs on those only.
 
 A pair's lexeme is its hash (CRC-32 of the two words), cut to `PAIR_BUCKETS` values and written as three
 characters of `ALPHABET`: ASCII punctuation, which no word holds (a token is letters and digits,
