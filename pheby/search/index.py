@@ -25,7 +25,7 @@ import msgspec
 from pheby.db import Connection, Database
 from pheby.errors import BadRequest
 from pheby.protocol.frames import SearchHitAttachment, SearchResult, iso_utc
-from pheby.search.documents import MESSAGE_ROWS, PARTITION_ROWS, wanted
+from pheby.search.documents import MESSAGE_ROWS, PARTITION_ROWS, is_message, wanted
 from pheby.search.engine import IndexEngine
 from pheby.search.query import SearchQuery, Term, parse_query
 from pheby.search.ranking import Ranker, idf, lookup_query, lookup_term
@@ -110,7 +110,7 @@ class SearchIndex:
                 break
             # None of this window's candidates was a match (a long prefix's): read the next window.
             below, offset, pinned = candidates[-1], 0, True
-        results = _results(conn, account_id, first, query, shown, self._clock())
+        results = _results(conn, account_id, query, shown, self._clock())
         return SearchPage(results=results, next_cursor=next_cursor)
 
     def _candidates(self, conn: Connection, query: SearchQuery, first: int, below: int) -> list[int]:
@@ -188,14 +188,14 @@ def _engine(db: Database) -> IndexEngine:
 
 
 def _results(
-    conn: Connection, account_id: str, first: int, query: SearchQuery, rowids: Sequence[int], now: float
+    conn: Connection, account_id: str, query: SearchQuery, rowids: Sequence[int], now: float
 ) -> list[SearchResult]:
     """The rows' results in the rows' order; a row whose conversation or attachment is gone is left out."""
-    messages = _message_rows(conn, account_id, [rowid for rowid in rowids if rowid - first < MESSAGE_ROWS])
-    labels = _label_rows(conn, account_id, [rowid for rowid in rowids if rowid - first >= MESSAGE_ROWS])
+    messages = _message_rows(conn, account_id, [rowid for rowid in rowids if is_message(rowid)])
+    labels = _label_rows(conn, account_id, [rowid for rowid in rowids if not is_message(rowid)])
     results: list[SearchResult] = []
     for rowid in rowids:
-        if rowid - first < MESSAGE_ROWS:
+        if is_message(rowid):
             if (message := messages.get(rowid)) is not None:
                 results.append(_message_result(message, query))
         elif (label := labels.get(rowid)) is not None and (result := _label_result(label, query, now)) is not None:
