@@ -21,11 +21,13 @@ import pytest
 from pheby.db import Connection, Database, SqliteDatabase, open_database, raw_sqlite
 from pheby.errors import BadRequest
 from pheby.protocol.frames import HistoryMessage
+from pheby.search import index as search_index
 from pheby.search.documents import document_texts, terms
+from pheby.search.engine import IndexEngine
 from pheby.search.index import PARTITION_ROWS, SearchIndex
-from pheby.search.query import parse_query
+from pheby.search.query import SearchQuery, parse_query
 from pheby.search.snippets import highlights, snippet
-from pheby.search.tokens import tokens
+from pheby.search.tokens import token_count, tokens
 from pheby.store.accounts import Accounts
 from pheby.store.conversations import Conversations, TranscriptTurn
 
@@ -78,7 +80,7 @@ async def integrity(db: Db) -> None:
         texts = document_texts(conn, kept)
         for rowid, (vector, length) in indexed.items():
             literal, size = terms(rowid, texts[rowid])
-            assert length == size
+            assert length == size == token_count(texts[rowid])  # what a search counts from the text
             assert vector == conn.execute("SELECT ?::tsvector::text", (literal,)).fetchone()[0]
         totals = conn.execute("SELECT documents, tokens FROM search_totals").fetchone()
         assert (totals[0], totals[1]) == (len(indexed), sum(length for _, length in indexed.values()))
@@ -280,6 +282,35 @@ async def test_several_terms_are_weighed_by_their_idf_in_the_account_not_in_ever
     assert [r.message_id for r in phrase_and_word.results] == [ids[1], ids[0]]  # the second has more betas
 
 
+async def test_a_terms_idf_is_estimated_from_the_accounts_newest_messages_only(
+    db: Db, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    accounts, conversations, search = Accounts(db), Conversations(db), SearchIndex(db)
+    alice = await accounts.create("alice")
+    chat = await conversations.create(alice.id, "Notes")
+    # "alpha" is common in the older messages and rare in the newest 20; "beta" is in every other one.
+    texts = [f"alpha {i}" if i % 2 else f"alpha beta {i}" for i in range(40)]
+    texts += [f"alpha beta {i}" if i in (3, 11) else f"beta {i}" if i % 2 else f"gamma {i}" for i in range(20)]
+    ids = await log(conversations, chat.id, *texts)
+    monkeypatch.setattr(search_index, "IDF_ROWS", 20)
+    reads: list[tuple[int, int, int]] = []
+    engine = type(search._engine)
+    matching = engine.matching
+
+    def recorded(self: IndexEngine, conn: Connection, query: SearchQuery, low: int, high: int, limit: int) -> list[int]:
+        reads.append((low, high, limit))
+        return matching(self, conn, query, low, high, limit)
+
+    monkeypatch.setattr(engine, "matching", recorded)
+    page = await search.search(alice.id, "alpha beta", limit=50)
+    estimates = [(low, high) for low, high, limit in reads if limit == search_index.IDF_SAMPLE]
+    assert len(estimates) == 2  # both terms'…
+    assert {high - low for low, high in estimates} == {20}  # …from the same newest 20 rows
+    assert len({high for _, high in estimates}) == 1
+    hits = {ids[i] for i, text in enumerate(texts) if "alpha beta" in text}
+    assert {r.message_id for r in page.results} == hits
+
+
 async def test_a_prefix_longer_than_the_index_keeps_is_looked_up_by_the_kept_one_then_checked(
     db: Db,
 ) -> None:
@@ -353,3 +384,4 @@ def test_tokens_follow_the_rule_character_by_character_on_mixed_scripts() -> Non
     for _ in range(2000):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
         assert [tuple(t) for t in tokens(text)] == reference_tokens(text), text
+        assert token_count(text) == len(reference_tokens(text)), text  # a row's length, as the index counted it

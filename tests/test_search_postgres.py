@@ -9,11 +9,13 @@ A database indexed before the pairs were is rewritten by its migration and the n
 
 import itertools
 import random
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from pheby.db import Connection, Database, open_database
+from pheby.db import Connection, Cursor, Database, open_database
 from pheby.protocol.frames import HistoryMessage
 from pheby.search import documents, postgres_index
 from pheby.search.documents import MESSAGE_ROWS, PARTITION_ROWS, quoted
@@ -195,3 +197,74 @@ async def test_rows_indexed_before_the_pairs_are_rewritten_by_the_migration_and_
         assert {r.snippet for r in page.results} == {"take tram 28 to the castle"}
     finally:
         await db.close()
+
+
+class Recording(Connection):
+    """The connection, and each statement run on it."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.engine = conn.engine
+        self._conn = conn
+        self.statements: list[tuple[str, Sequence[Any]]] = []
+
+    def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> Cursor:
+        self.statements.append((sql, parameters))
+        return self._conn.execute(sql, parameters)
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]], /) -> Cursor:
+        return self._conn.executemany(sql, rows)
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._conn.in_transaction
+
+
+@on_postgresql
+@pytest.mark.parametrize("expected_share", [0.0001, 0.5])
+async def test_the_planners_expectation_sends_a_rare_term_to_the_index_at_once_and_a_common_one_walking(
+    db: Database, monkeypatch: pytest.MonkeyPatch, expected_share: float
+) -> None:
+    index = PostgresIndex(db)
+    account = (await Accounts(db).create("alice")).id
+    await log(db, account, "Notes", [f"filler {i}" for i in range(400)])
+    first, _ = await account_rows(db, account)
+    monkeypatch.setattr(postgres_index, "WALK_FIRST", 16)
+    monkeypatch.setattr(postgres_index, "WALK_PER_MATCH", 1)
+    monkeypatch.setattr(postgres_index, "GIN_ROW_COST", 8)
+    monkeypatch.setattr(postgres_index, "GIN_READ_ROWS", 200)
+    documents = await db.run(lambda c: int(c.execute("SELECT documents FROM search_totals").fetchone()[0]))
+    monkeypatch.setattr(postgres_index._Terms, "expected", lambda self, conn: (expected_share, documents))
+    recording: list[Recording] = []
+
+    def matching(conn: Connection) -> list[int]:
+        recording.append(Recording(conn))
+        return index.matching(recording[0], parse_query("absent"), first, first + MESSAGE_ROWS, 3)
+
+    assert await db.run(matching) == []
+    reads = [("walk" if "walked" in sql else "index") for sql, _ in recording[0].statements if "terms @@" in sql]
+    walked = sum(int(parameters[2]) for sql, parameters in recording[0].statements if "walked" in sql)
+    if expected_share < 0.01:
+        # Two walks (16 rows, then 64) measure the term as rare; the planner agrees: the index, no more walking.
+        assert (reads, walked) == (["walk", "walk", "index"], 80)
+    else:  # the planner expects every other row of the index to hold it: walking, to the range's end
+        assert "index" not in reads
+        walks = [parameters for sql, parameters in recording[0].statements if "walked" in sql]
+        assert walks[-1][0] == first  # down to the range's first row
+
+
+@on_postgresql
+async def test_the_planner_expects_a_words_share_of_the_rows_from_the_statistics_analyze_keeps(
+    db: Database,
+) -> None:
+    PostgresIndex(db)
+    account = (await Accounts(db).create("alice")).id
+    await log(db, account, "Notes", [f"alpha {i}" if i % 4 == 0 else f"beta {i}" for i in range(800)])
+    await db.run(lambda c: c.execute("ANALYZE search_index"))
+
+    shares = await db.run(
+        lambda c: {text: postgres_index._Terms(parse_query(text)).expected(c) for text in ("alpha", "beta", "absent")}
+    )
+    assert {text: documents for text, (_, documents) in shares.items()} == dict.fromkeys(shares, 801)
+    assert 0.2 <= shares["alpha"][0] <= 0.3
+    assert 0.7 <= shares["beta"][0] <= 0.8
+    assert shares["absent"][0] < 0.01

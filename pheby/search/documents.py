@@ -136,12 +136,18 @@ def index_pending(conn: Connection, *, batches: int | None = None) -> int:
         return 0
     done = 0
     for _ in itertools.count() if batches is None else range(batches):
-        rowids = [
-            r[0] for r in conn.execute("SELECT id FROM search_pending ORDER BY id LIMIT ?", (PENDING_BATCH,)).fetchall()
-        ]
-        if not rowids:
+        # The queue's next batch with the texts of its messages (most of what is queued), in one statement.
+        queued = conn.execute(
+            "SELECT p.id, h.text FROM (SELECT id FROM search_pending ORDER BY id LIMIT ?) p "
+            "LEFT JOIN history_log h ON h.id = p.id",
+            (PENDING_BATCH,),
+        ).fetchall()
+        if not queued:
             return done
-        texts = document_texts(conn, rowids)
+        rowids = sorted(int(rowid) for rowid, _ in queued)
+        texts = {int(rowid): text for rowid, text in queued if text is not None}
+        if labels := [rowid for rowid in rowids if not is_message(rowid)]:
+            texts.update(document_texts(conn, labels))
         made = [terms(rowid, texts.get(rowid, "")) for rowid in rowids]
         conn.execute(
             "WITH done AS (DELETE FROM search_pending WHERE id = ANY(?::bigint[])) "

@@ -36,7 +36,8 @@ __all__ = ["CURSOR_PATTERN", "MESSAGE_ROWS", "PAGE_DEFAULT", "PAGE_MAX", "PARTIT
 PAGE_MAX: Final = 50
 PAGE_DEFAULT: Final = 20
 WINDOW: Final = 500  # index rows ranked at a time
-IDF_SAMPLE: Final = 64  # a term's newest rows read to estimate its IDF (its share, to within about an eighth)
+IDF_SAMPLE: Final = 64  # a term's newest rows read to estimate its IDF (its share, to within about an eighth)…
+IDF_ROWS: Final = 32_768  # …among at most this many of the account's newest messages
 WINDOWS_PER_PAGE: Final = 8  # windows read for one page when a window's candidates hold no match
 CURSOR_PATTERN = r"^\d{1,19}\.\d{1,6}$"  # what `next_cursor` looks like: the OpenAPI document says so too
 _CURSOR = re.compile(r"(\d{1,19})\.(\d{1,6})")
@@ -132,13 +133,15 @@ class SearchIndex:
         """The term's IDF in the account's messages, from how densely it occurs in the newest of them: of
         the account's messages (their rows are numbered in the order they were logged, up to `newest`),
         the newest `IDF_SAMPLE` holding the term span so many rows, and that share of all of them is its
-        estimated count (exact when fewer hold it). Reading the term's rows only that far keeps its cost
-        bounded, where bm25()'s count reads every row of the whole table holding it."""
+        estimated count. A term too rare for that among the newest `IDF_ROWS` messages is counted there,
+        and its share of them taken (exact where they are all of the account's). Reading only that far
+        keeps its cost bounded, where bm25()'s count reads every row of the whole table holding it."""
         rows = newest - first
+        read = min(rows, IDF_ROWS)
         query = SearchQuery((lookup_term(term),))
-        holding = self._engine.matching(conn, query, first, first + MESSAGE_ROWS, IDF_SAMPLE)
+        holding = self._engine.matching(conn, query, newest - read + 1, newest + 1, IDF_SAMPLE)
         if len(holding) < IDF_SAMPLE:
-            return idf(rows, len(holding))
+            return idf(rows, len(holding) * rows / read)
         return idf(rows, IDF_SAMPLE * rows / (newest - holding[-1] + 1))
 
     def _window_at(self, first: int, cursor: str | None) -> _Window | None:

@@ -11,26 +11,28 @@ and cast, not parsed by a text search configuration (their lexemes are the index
 Matches are read newest first (`PostgresIndex.matching`), by whichever of two reads costs less for the
 term: a walk down the key, testing each row, costs what the rows walked cost, so it suits a term found
 often; the GIN index gives every row holding the term at once, wherever it is, so it suits a rare one.
-Short walks first measure how often the term occurs, and that decides (`_newest`).
+Short walks first measure how often the term occurs, and that decides, with the planner's estimate of
+how many rows the index would give as a second opinion (`_newest`).
 """
 
 import math
 from collections.abc import Sequence
-from typing import Final, NamedTuple
+from typing import Final
 
 from pheby.db import Connection, Database
 from pheby.search.documents import (
     MESSAGE_ROWS,
     PARTITION_ROWS,
     PENDING_BATCH,
+    document_texts,
     index_written,
-    is_message,
     quoted,
     range_lexeme,
     wanted,
 )
 from pheby.search.engine import IndexEngine
 from pheby.search.query import SearchQuery, Term
+from pheby.search.tokens import token_count
 from pheby.search.word_pairs import pair_lexemes
 
 
@@ -81,7 +83,7 @@ class PostgresIndex(IndexEngine):
     def matching(self, conn: Connection, query: SearchQuery, low: int, high: int, limit: int) -> list[int]:
         """The partition's labels, then its messages: each range is read on its own, as its own share of
         matches says (a word seldom in conversations' names may be common in their messages)."""
-        terms = _Terms(tsquery(query), lookup_tsquery(query))
+        terms = _Terms(query)
         labels = (high - 1) // PARTITION_ROWS * PARTITION_ROWS + MESSAGE_ROWS
         found = _newest(conn, terms, max(low, labels), high, limit) if high > labels else []
         if len(found) < limit and low < labels:
@@ -97,23 +99,10 @@ class PostgresIndex(IndexEngine):
         return {int(rowid): int(length) for rowid, length in rows}
 
     def documents(self, conn: Connection, rowids: Sequence[int]) -> tuple[dict[int, str], dict[int, int]]:
-        """A message's text and length in one read (most rows are messages); the labels' as the engine's."""
-        texts: dict[int, str] = {}
-        sizes: dict[int, int] = {}
-        if messages := [rowid for rowid in rowids if is_message(rowid)]:
-            ids = wanted(conn, messages)
-            for rowid, text, length in conn.execute(
-                f"SELECT h.id, h.text, i.length FROM {ids.table} "  # noqa: S608 - `wanted`'s constant SQL
-                "JOIN history_log h ON h.id = wanted.value JOIN search_index i ON i.id = h.id",
-                (ids.parameter,),
-            ):
-                texts[int(rowid)], sizes[int(rowid)] = text, int(length)
-        labels = [rowid for rowid in rowids if not is_message(rowid)]
-        if labels:
-            label_texts, label_sizes = super().documents(conn, labels)
-            texts.update(label_texts)
-            sizes.update(label_sizes)
-        return texts, sizes
+        """The rows' texts; their lengths counted from them, as `terms` counted them (the index's lengths
+        are the same numbers, in another table's rows, scattered as the matches are)."""
+        texts = document_texts(conn, rowids)
+        return texts, {rowid: token_count(text) for rowid, text in texts.items()}
 
     def average_length(self, conn: Connection) -> float:
         row = conn.execute("SELECT documents, tokens FROM search_totals").fetchone()
@@ -122,19 +111,38 @@ class PostgresIndex(IndexEngine):
         return int(row[1]) / int(row[0])
 
 
-class _Terms(NamedTuple):
-    check: str  # `tsquery`
-    lookup: str  # `lookup_tsquery`
+class _Terms:
+    """A query's two tsquery literals (`tsquery`, `lookup_tsquery`), and what the planner expects of it,
+    asked for once, when a read must first choose."""
+
+    def __init__(self, query: SearchQuery) -> None:
+        self.check = tsquery(query)
+        self.lookup = lookup_tsquery(query)
+        self._expected: tuple[float, int] | None = None
+
+    def expected(self, conn: Connection) -> tuple[float, int]:
+        """The share of the index's rows the planner expects the GIN index to give for the lookup (from the
+        statistics ANALYZE keeps of the column's lexemes, over every account's rows; the walk measures
+        the range's), and how many rows the index holds."""
+        if self._expected is None:
+            plan = conn.execute(
+                "EXPLAIN (FORMAT JSON) SELECT id FROM search_index WHERE terms @@ ?::tsquery", (self.lookup,)
+            ).fetchone()[0]
+            totals = conn.execute("SELECT documents FROM search_totals").fetchone()
+            documents = max(1, int(totals[0])) if totals is not None else 1
+            self._expected = min(1.0, max(1.0, float(plan[0]["Plan"]["Plan Rows"])) / documents), documents
+        return self._expected
 
 
 def _newest(conn: Connection, terms: _Terms, low: int, high: int, limit: int) -> list[int]:
     """The newest `limit` rows in [low, high) matching, the range's rows numbered upward from `low`.
 
     It walks down the key from the range's newest row, and measures the term's share of the rows walked.
-    While that share says the rest is nearer than the GIN index's rows would cost (`gin`), the walk goes
-    on to the rest. Otherwise it goes on only until it has cost as much as the index would (the share is
-    a guess from few rows at first, and a rare-looking term may be common), then the rest is read from
-    the index: so a search costs at most about twice the cheaper of the two, whichever the term."""
+    While that share says the rest is nearer than the GIN index's rows would cost, the walk goes on to
+    the rest. Otherwise the rest is read from the index: at once if the planner's expected share
+    (`_Terms.expected`) says so too; else the walk first goes on until it has cost as much as the index
+    would (the share is a guess from few rows at first, and a rare-looking term may be common in this
+    account), so a search costs at most about twice the cheaper of the two reads, whichever the term."""
     newest = conn.execute(
         "SELECT id FROM search_index WHERE id >= ? AND id < ? ORDER BY id DESC LIMIT 1", (low, high)
     ).fetchone()
@@ -157,29 +165,43 @@ def _newest(conn: Connection, terms: _Terms, low: int, high: int, limit: int) ->
         if len(found) >= limit or bottom <= low:
             return found
         top = bottom - 1
-        left, share = top - low, (len(found) + 1) / walked
-        needed = (limit - len(found)) / share
-        gin = GIN_ROW_COST * share * left + GIN_READ_ROWS
-        if min(left, needed) <= gin:
-            rows = int(needed * WALK_MARGIN) + 1  # a walk stops at its last match wanted
-        elif walked < gin:
-            rows = math.ceil(gin - walked)
-        else:
-            return found + _holding(conn, terms, low, top + 1, limit - len(found), rows=left)
+        left, wanting, share = top - low, limit - len(found), (len(found) + 1) / walked
+        walk = min(left, wanting / share)
+        rows = int(wanting / share * WALK_MARGIN) + 1  # a walk stops at its last match wanted
+        if walk > _index_cost(share * left):  # the index may cost less: as much as the rows it reads
+            # It gives every row holding the lookup's lexemes in what it reads (`_covered`): the matches,
+            # and rows where a phrase's words are not adjacent or a pair's lexeme is another pair's.
+            expected, documents = terms.expected(conn)
+            covered = _covered(low, int(newest[0]), documents)
+            index = _index_cost(max(share * left, expected * covered))
+            if walk > index:
+                if walked >= index or min(left, wanting / expected) > index:
+                    return found + _holding(conn, terms, low, top + 1, wanting, whole=covered == documents)
+                rows = math.ceil(index - walked)  # the planner disagrees: walk on until it has cost the index's
         rows = min(rows, walked * WALK_GROWTH)
 
 
-def _holding(conn: Connection, terms: _Terms, low: int, high: int, limit: int, *, rows: int) -> list[int]:
+def _index_cost(rows: float) -> float:
+    """What the GIN index costs for `rows` rows it gives, in rows walked."""
+    return GIN_ROW_COST * rows + GIN_READ_ROWS
+
+
+def _covered(low: int, newest: int, documents: int) -> int:
+    """About how many rows the GIN index reads for a range from `low` to `newest`: its lexeme's (the
+    account's messages, or its labels, `range_lexeme`; numbered upward from the first), or every row of
+    the index where that is most of it. More than the range itself where it is part of the lexeme's."""
+    lexeme_rows = newest - low // MESSAGE_ROWS * MESSAGE_ROWS
+    return lexeme_rows if 2 * lexeme_rows < documents else documents
+
+
+def _holding(conn: Connection, terms: _Terms, low: int, high: int, limit: int, *, whole: bool) -> list[int]:
     """The newest `limit` rows of [low, high) holding the terms, from the GIN index alone: it is asked for
     `terms.lookup`, and each row it gives is checked against `terms.check` (`ts_match_vq` is `@@` as a
     function, which the index can't take). MATERIALIZED: the planner would otherwise also intersect the
-    key's range, which for a large range costs more than the rows. Where the range (about `rows` rows) is
-    a small part of the index, the range's lexeme (`range_lexeme`) keeps the index to its rows; where it
-    is most of it, the lexeme's long list costs more than the other rows."""
-    lookup = terms.lookup
-    documents = conn.execute("SELECT documents FROM search_totals").fetchone()
-    if documents is not None and 2 * rows < int(documents[0]):
-        lookup = f"{quoted(range_lexeme(low))} & {lookup}"
+    key's range, which for a large range costs more than the rows. Unless the range's part of the index
+    is most of it (`whole`), the range's lexeme (`range_lexeme`) keeps the index to that part; where it
+    is, the lexeme's long list costs more than the other rows."""
+    lookup = terms.lookup if whole else f"{quoted(range_lexeme(low))} & {terms.lookup}"
     return [
         rowid
         for (rowid,) in conn.execute(

@@ -44,7 +44,17 @@ _PRIVATE_USE = re.compile("[\ue000-\uf8ff\U000f0000-\U000ffffd\U00100000-\U0010f
 _RUNS = re.compile(r"[^\W_]+")
 
 
+def _masked(text: str) -> str:
+    return text if text.isascii() else _PRIVATE_USE.sub("a", text.translate(_marks()))
+
+
 def tokens(text: str) -> list[Token]:
     """The text's tokens in order, with where each is."""
-    masked = text if text.isascii() else _PRIVATE_USE.sub("a", text.translate(_marks()))
-    return [Token(start, end, fold(text[start:end])) for start, end in (m.span() for m in _RUNS.finditer(masked))]
+    return [
+        Token(start, end, fold(text[start:end])) for start, end in (m.span() for m in _RUNS.finditer(_masked(text)))
+    ]
+
+
+def token_count(text: str) -> int:
+    """How many tokens the text holds (`len(tokens(text))`, without making them)."""
+    return len(_RUNS.findall(_masked(text)))
