@@ -2,8 +2,9 @@
 
 Run: `.venv/bin/python bench/search.py [--conversations 10000] [--messages 100] [--queries 400] [--turns 200]
 [--engine sqlite|postgresql] [--database-url URL]`: on PostgreSQL, in a new database made on the server of
-`--database-url` (a user that may create databases), or on a throwaway server (`tests/postgres_server.py`,
-with PostgreSQL's default `shared_buffers`).
+`--database-url` (a user that may create databases), or on a throwaway server (`tests/postgres_server.py`)
+with the `shared_buffers` RDS gives the database of `template.yaml` (512 MB, a quarter of a db.t4g.small's
+memory), where the search is then measured again after a restart with PostgreSQL's own default (128 MB).
 
 A new data dir (migrated as the server does) gets two accounts: a large one with `--conversations`
 conversations of `--messages` messages each (user and assistant in turn, generated from a seeded
@@ -40,22 +41,29 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
 from pheby.db import Connection, Database, SqliteDatabase, open_database
+from pheby.db.in_lists import in_chunks
 from pheby.protocol.frames import HistoryMessage
 from pheby.search.index import SearchIndex
 from pheby.store.accounts import Accounts
 from pheby.store.conversations import Conversations, TranscriptTurn
+
+if TYPE_CHECKING:
+    from tests.postgres_server import PostgresServer
 
 VOCABULARY_SIZE: Final = 400
 SEED: Final = 24
 TARGET_P99_MS: Final = 50.0
 TARGET_TURN_MS: Final = 1.0
 TARGET_SIZE: Final = 1.5
-POSTGRES_SHARED_BUFFERS: Final = "128MB"  # PostgreSQL's default (the tests' servers run on less)
+POSTGRES_SHARED_BUFFERS: Final = "512MB"  # RDS's for template.yaml's db.t4g.small: a quarter of its 2 GiB…
+POSTGRES_DEFAULT_BUFFERS: Final = "128MB"  # …and PostgreSQL's own default
 _SYLLABLES = [
     "ka",
     "lo",
@@ -167,12 +175,20 @@ async def fill_database(db: Database, account_id: str, conversations: int, messa
     print(f"  filled in {time.perf_counter() - started:.0f} s", flush=True)
 
 
+def sample_texts(rng: random.Random, count: int, conn: Connection) -> list[str]:
+    """`count` messages' texts drawn by `rng`: the same ones for the same fill, on either engine."""
+    ids = rng.sample([int(r[0]) for r in conn.execute("SELECT id FROM history_log ORDER BY id")], count)
+    texts = {}
+    for chunk, marks in in_chunks(ids):
+        sql = f"SELECT id, text FROM history_log WHERE id IN ({marks})"
+        texts.update({int(rowid): text for rowid, text in conn.execute(sql, chunk)})
+    return [texts[rowid] for rowid in ids]
+
+
 async def queries(text: Text, count: int, db: Database) -> list[tuple[str, str]]:
-    samples: list[str] = await db.run(
-        lambda c: [r[0] for r in c.execute("SELECT text FROM history_log ORDER BY random() LIMIT ?", (count,))]
-    )
-    made: list[tuple[str, str]] = []
     rng = text.rng
+    samples = await db.run(functools.partial(sample_texts, rng, count))
+    made: list[tuple[str, str]] = []
     for index in range(count):
         kind = ("word", "two words", "phrase", "prefix", "phrase, word")[index % 5]
         if kind == "word":
@@ -195,7 +211,7 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
-async def search_latency(db: Database, account_id: str, made: list[tuple[str, str]]) -> None:
+async def search_latency(db: Database, account_id: str, made: list[tuple[str, str]], setting: str = "") -> None:
     search = SearchIndex(db)
     for _, query in made[:20]:  # warm the page cache
         await search.search(account_id, query)
@@ -205,6 +221,8 @@ async def search_latency(db: Database, account_id: str, made: list[tuple[str, st
         await search.search(account_id, query)
         times.setdefault(kind, []).append((time.perf_counter() - started) * 1000)
     every = [t for kind_times in times.values() for t in kind_times]
+    if setting:
+        print(f"search with {setting}:")
     for kind, kind_times in [*times.items(), ("all", every)]:
         print(
             f"search {kind:>9}: p50 {percentile(kind_times, 0.5):6.2f} ms, p99 {percentile(kind_times, 0.99):6.2f} ms"
@@ -265,20 +283,21 @@ async def postgres_sizes(db: Database) -> tuple[int, int]:
 
 
 @contextlib.contextmanager
-def postgres_database(url: str) -> Iterator[str]:
-    """A new database on the server of `url`, or on a throwaway server if `url` is empty; dropped after."""
+def postgres_database(url: str) -> Iterator[tuple[str, "PostgresServer | None"]]:
+    """A new database on the server of `url`, or on a throwaway server (also given) if `url` is empty;
+    dropped after."""
     from tests.postgres_server import PostgresServer, fresh_database
 
     server = None if url else PostgresServer(shared_buffers=POSTGRES_SHARED_BUFFERS)
     try:
         with fresh_database(server.url if server is not None else url) as database_url:
-            yield database_url
+            yield database_url, server
     finally:
         if server is not None:
             server.close()
 
 
-async def main_postgres(args: argparse.Namespace, url: str) -> None:
+async def main_postgres(args: argparse.Namespace, url: str, server: "PostgresServer | None") -> None:
     text = Text(random.Random(SEED))
     db = open_database(url, Path("unused"))
     await db.open()
@@ -297,13 +316,27 @@ async def main_postgres(args: argparse.Namespace, url: str) -> None:
         total = args.conversations * args.messages
         print(f"{args.conversations:,} conversations x {args.messages} messages = {total:,} messages", flush=True)
         await fill_database(db, large.id, args.conversations, args.messages, text)
+        if server is not None:  # the fill written out now, not while the search is measured
+            with psycopg.connect(server.url, autocommit=True) as admin:
+                admin.execute("CHECKPOINT")
         made = await queries(text, args.queries, db)
         text_bytes, index_bytes = await postgres_sizes(db)
-        await search_latency(db, large.id, made)
+        setting = f"shared_buffers {server.shared_buffers}" if server is not None else "the server's settings"
+        await search_latency(db, large.id, made, setting)
         conversation = (await conversations.list(large.id))[-1]
         with_index, without = await turn_costs(db, conversations, conversation.id, args.turns, text)
     finally:
         await db.close()
+    if server is not None:  # the same database, searched again with PostgreSQL's default
+        server.stop()
+        server.shared_buffers = POSTGRES_DEFAULT_BUFFERS
+        server.start()
+        db = open_database(url, Path("unused"))
+        await db.open()
+        try:
+            await search_latency(db, large.id, made, f"shared_buffers {server.shared_buffers}")
+        finally:
+            await db.close()
     report(with_index, without, text_bytes, index_bytes)
 
 
@@ -374,7 +407,7 @@ if __name__ == "__main__":
     parser.add_argument("--database-url", default="", help="PostgreSQL: a server to make the database on")
     arguments = parser.parse_args()
     if arguments.engine == "postgresql":
-        with postgres_database(arguments.database_url) as url:
-            asyncio.run(main_postgres(arguments, url))
+        with postgres_database(arguments.database_url) as (url, server):
+            asyncio.run(main_postgres(arguments, url, server))
     else:
         asyncio.run(main(arguments))

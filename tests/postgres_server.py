@@ -79,9 +79,10 @@ class PostgresServer(server_process.ThrowawayServer):
     name = "PostgreSQL"
 
     def __init__(self, *, shared_buffers: str = "16MB") -> None:
-        """`shared_buffers`: small for the tests' many servers; a benchmark asks for PostgreSQL's default."""
+        """`shared_buffers`: small for the tests' many servers; a benchmark asks for more. `start()` after
+        `stop()` takes a new value of it."""
         self._bin = _bin_dir()
-        self._shared_buffers = shared_buffers
+        self.shared_buffers = shared_buffers
         self._owner = _unprivileged()
         # Not under pytest's basetemp: that is 0700 to root, which `nobody` could not enter.
         super().__init__(Path(tempfile.mkdtemp(prefix="pheby-pg-", dir="/tmp" if self._owner else None)))
@@ -181,7 +182,7 @@ class PostgresServer(server_process.ThrowawayServer):
                     "-c",
                     f"unix_socket_directories={self.base}",
                     "-c",
-                    f"shared_buffers={self._shared_buffers}",
+                    f"shared_buffers={self.shared_buffers}",
                     "-c",
                     "max_connections=100",
                 ],
