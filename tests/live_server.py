@@ -38,6 +38,7 @@ class LiveServer:
     base_url: str
     ws_url: str
     server: uvicorn.Server
+    thread: threading.Thread  # the one it runs in, until its shutdown is done
 
     @property
     def secret(self) -> str:
@@ -110,7 +111,7 @@ def start_live_server(database_url: str) -> Iterator[Callable[[Settings], LiveSe
         runner.start()
         runners.append(runner)
         base = f"http://{settings.host}:{settings.port}"
-        return LiveServer(settings, base, f"ws://{settings.host}:{settings.port}/ws", runner.server)
+        return LiveServer(settings, base, f"ws://{settings.host}:{settings.port}/ws", runner.server, runner.thread)
 
     yield start
     for runner in reversed(runners):
@@ -187,14 +188,10 @@ async def opened() -> AsyncIterator[list[PhebyClient]]:
 
 
 async def stopped(server: LiveServer) -> None:
-    """Stop a live server gracefully (as SIGTERM does) and wait, bounded, until its port refuses connections."""
+    """Stop a live server gracefully (as SIGTERM does) and wait, bounded, until it has stopped: not only
+    its port closed (that comes first) but its shutdown done (its runs handed over, the scheduler's lock
+    let go), as a process exits before the next one starts on its data."""
     server.server.should_exit = True
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            _, writer = await asyncio.open_connection(server.settings.host, server.settings.port)
-        except OSError:
-            return
-        writer.close()
-        await asyncio.sleep(0.05)
-    raise AssertionError("the server did not stop")
+    await asyncio.to_thread(server.thread.join, 20)
+    if server.thread.is_alive():
+        raise AssertionError("the server did not stop")

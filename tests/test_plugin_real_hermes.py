@@ -149,7 +149,7 @@ def started_plugin_setup(hermes_exe: Path, base: Path) -> Iterator[PluginSetup]:
         base_url = f"http://127.0.0.1:{port}"
         recorder = FrameRecorder(f"ws://127.0.0.1:{port}/ws", TEST_SECRET)
         try:
-            server = LiveServer(settings, base_url, f"ws://127.0.0.1:{port}/ws", runner.server)
+            server = LiveServer(settings, base_url, f"ws://127.0.0.1:{port}/ws", runner.server, runner.thread)
             wait_until_live(base_url)
             recorder.start()
             # The cron run is started now and checked by a later test: the gateway's cron tick is 60 s.
@@ -471,7 +471,9 @@ async def test_earlier_scenarios_pass_while_the_service_is_down(plugin_setup: Pl
     runner.start()
     try:
         port = settings.port
-        server = LiveServer(settings, f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}/ws", runner.server)
+        server = LiveServer(
+            settings, f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}/ws", runner.server, runner.thread
+        )
         await asyncio.sleep(1.0)  # the start-up handshake reaches the plugin; its hello back cannot arrive
         async with httpx.AsyncClient(base_url=server.base_url) as http:
             body = (await http.get("/api/capabilities", headers=OWNER)).json()
@@ -508,7 +510,9 @@ async def test_earlier_scenarios_pass_with_the_plugin_absent(
     runner.start()
     try:
         port = settings.port
-        server = LiveServer(settings, f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}/ws", runner.server)
+        server = LiveServer(
+            settings, f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}/ws", runner.server, runner.thread
+        )
         async with httpx.AsyncClient(base_url=server.base_url) as http:
             body = (await http.get("/api/capabilities", headers=OWNER)).json()
         assert body["capabilities"]["plugin"] == {"live": False, **dict.fromkeys(EXTRAS, False)}
