@@ -4,7 +4,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 from pheby.db import Connection, Database
-from pheby.search.documents import document_texts
 from pheby.search.query import SearchQuery
 
 
@@ -18,12 +17,9 @@ class IndexEngine(ABC):
         newest (largest) first, at most `limit`. `BadRequest` if the index refuses the query."""
 
     @abstractmethod
-    def lengths(self, conn: Connection, rowids: Sequence[int]) -> dict[int, int]:
-        """Each row's length in tokens, as the index counted it."""
-
     def documents(self, conn: Connection, rowids: Sequence[int]) -> tuple[dict[int, str], dict[int, int]]:
-        """Each row's text (`document_texts`; a row gone meanwhile is missing) and its `lengths`."""
-        return document_texts(conn, rowids), self.lengths(conn, rowids)
+        """Each row's text (`documents.document_texts`; a row gone meanwhile is missing) and its length in
+        tokens, as the index counted it."""
 
     @abstractmethod
     def average_length(self, conn: Connection) -> float:

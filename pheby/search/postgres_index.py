@@ -28,7 +28,6 @@ from pheby.search.documents import (
     index_written,
     quoted,
     range_lexeme,
-    wanted,
 )
 from pheby.search.engine import IndexEngine
 from pheby.search.query import SearchQuery, Term
@@ -89,14 +88,6 @@ class PostgresIndex(IndexEngine):
         if len(found) < limit and low < labels:
             found += _newest(conn, terms, low, min(high, labels), limit - len(found))
         return found
-
-    def lengths(self, conn: Connection, rowids: Sequence[int]) -> dict[int, int]:
-        ids = wanted(conn, rowids)
-        rows = conn.execute(
-            f"SELECT i.id, i.length FROM {ids.table} {ids.join} search_index i ON i.id = wanted.value",  # noqa: S608
-            (ids.parameter,),
-        )
-        return {int(rowid): int(length) for rowid, length in rows}
 
     def documents(self, conn: Connection, rowids: Sequence[int]) -> tuple[dict[int, str], dict[int, int]]:
         """The rows' texts; their lengths counted from them, as `terms` counted them (the index's lengths

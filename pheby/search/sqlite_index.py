@@ -10,6 +10,7 @@ import msgspec
 
 from pheby.db import Connection
 from pheby.errors import BadRequest
+from pheby.search.documents import document_texts
 from pheby.search.engine import IndexEngine
 from pheby.search.query import SearchQuery
 
@@ -26,18 +27,8 @@ class SqliteIndex(IndexEngine):
             raise BadRequest("This query can't be searched; try other words") from None
         return [rowid for (rowid,) in rows]
 
-    def lengths(self, conn: Connection, rowids: Sequence[int]) -> dict[int, int]:
-        """From `search_index_docsize`: a varint per column."""
-        rows = conn.execute(
-            "SELECT d.id, d.sz FROM json_each(?) w CROSS JOIN search_index_docsize d ON d.id = w.value",
-            (msgspec.json.encode(list(rowids)).decode(),),
-        )
-        # Most rows are under 128 tokens: their varint is their first byte.
-        return {
-            rowid: size[0] if size[0] < 0x80 else _varints(size, 1)[0]
-            for rowid, size in rows
-            if isinstance(size, bytes)
-        }
+    def documents(self, conn: Connection, rowids: Sequence[int]) -> tuple[dict[int, str], dict[int, int]]:
+        return document_texts(conn, rowids), _lengths(conn, rowids)
 
     def average_length(self, conn: Connection) -> float:
         """As `bm25()` reads it: from the averages record (row 1 of `search_index_data`: varints, the row
@@ -49,6 +40,18 @@ class SqliteIndex(IndexEngine):
         if len(values) < 2 or values[0] <= 0:
             return 0.0
         return values[1] / values[0]
+
+
+def _lengths(conn: Connection, rowids: Sequence[int]) -> dict[int, int]:
+    """From `search_index_docsize`: a varint per column."""
+    rows = conn.execute(
+        "SELECT d.id, d.sz FROM json_each(?) w CROSS JOIN search_index_docsize d ON d.id = w.value",
+        (msgspec.json.encode(list(rowids)).decode(),),
+    )
+    # Most rows are under 128 tokens: their varint is their first byte.
+    return {
+        rowid: size[0] if size[0] < 0x80 else _varints(size, 1)[0] for rowid, size in rows if isinstance(size, bytes)
+    }
 
 
 def _varints(data: bytes, count: int) -> list[int]:
