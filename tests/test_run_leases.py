@@ -4,15 +4,18 @@ once its lease ran out (or its owner on this host is gone), one taker wins, and 
 nowhere from then on."""
 
 import asyncio
+import gc
 import os
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
 import hermes_client as hc
-from pheby.db import Database, open_database
+from pheby.db import Connection, Database, open_database
+from pheby.errors import DatabaseUnavailable
 from pheby.process_lease import own_holder
 from pheby.runs.active import ActiveRun
 from pheby.runs.journal import RunJournal
@@ -25,6 +28,8 @@ from tests.test_run_journal import Clock, approval
 pytestmark = [pytest.mark.anyio, pytest.mark.both_engines]
 
 LEASE = 15.0
+
+T = TypeVar("T")
 
 
 class Process:
@@ -239,3 +244,50 @@ async def test_the_keeper_lets_go_of_a_run_taken_over_and_gives_up_a_row_with_no
     assert taken == []
     await keeper.once()
     assert taken == [orphan.run_id]
+
+
+class Unreachable(Database):
+    """A database that answers, once let, that it can't be reached (a pool waiting out its timeout)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answer = asyncio.Event()
+
+    async def open(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+    async def run(self, fn: Callable[[Connection], T]) -> T:
+        await self.answer.wait()
+        raise DatabaseUnavailable()
+
+    async def transaction(self, fn: Callable[[Connection], T], *, durable: bool = False) -> T:
+        return await self.run(fn)
+
+    async def credential_marker(self) -> int:
+        raise DatabaseUnavailable()
+
+
+async def test_a_renewal_failing_after_its_caller_was_cancelled_leaves_no_unretrieved_error() -> None:
+    """Its caller cancelled (a shutdown, a timeout), a renewal that then fails is not reported as an error
+    nobody retrieved: that report, logged with its traceback whenever the task is collected, is noise at best."""
+    db = Unreachable()
+    leases = RunLeases(db, holder="host-a:1:aaaa:01")
+    reported: list[dict[str, Any]] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+    try:
+        caller = asyncio.create_task(leases.renew())
+        await asyncio.sleep(0)
+        caller.cancel()
+        await asyncio.gather(caller, return_exceptions=True)
+        db.answer.set()
+        for _ in range(3):
+            await asyncio.sleep(0)
+        del leases  # with it the failed renewal's last reference, as a stopped server drops its own
+        gc.collect()
+        assert reported == []
+    finally:
+        loop.set_exception_handler(None)

@@ -74,6 +74,9 @@ class RunLeases:
         time: a call while one is under way gets its answer."""
         if self._renewal is None or self._renewal.done():
             self._renewal = asyncio.create_task(self._renew(), name="run-lease-renewal")
+            # Its callers may all have been cancelled before it fails: the error was theirs to take, and is not
+            # the loop's to report as never retrieved (a traceback logged whenever the task is collected).
+            self._renewal.add_done_callback(lambda task: task.cancelled() or task.exception())
         return await asyncio.shield(self._renewal)
 
     async def _renew(self) -> dict[str, int]:
