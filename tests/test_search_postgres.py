@@ -270,3 +270,32 @@ async def test_the_planner_expects_a_words_share_of_the_rows_from_the_statistics
     assert 0.2 <= shares["alpha"][0] <= 0.3
     assert 0.7 <= shares["beta"][0] <= 0.8
     assert shares["absent"][0] < 0.01
+
+
+@on_postgresql
+async def test_a_writes_terms_are_made_from_its_own_messages_read_by_id_not_from_a_scan_of_the_log(
+    db: Database,
+) -> None:
+    """The commit step reads the texts of the rows a write queued by their ids, however large the log: a
+    join the planner may turn into a scan of all of history_log (it did, from a few thousand messages on)
+    would cost every indexed write milliseconds, growing with the log."""
+    PostgresIndex(db)
+    account = (await Accounts(db).create("alice")).id
+    await log(db, account, "Old", [f"filler {i}" for i in range(5000)])
+    await db.run(lambda c: documents.index_pending(c))
+    await db.run(lambda c: c.execute("VACUUM ANALYZE"))
+    conversation = (await Conversations(db).list(account))[0]
+
+    def write(conn: Connection) -> tuple[int, int]:
+        conn.execute(
+            "INSERT INTO history_log (conversation_id, hermes_id, role, text, ts) VALUES (?, ?, ?, ?, ?)",
+            (conversation.id, 5001, "user", "a new question", None),
+        )
+        scans = "SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = 'history_log'"
+        before = int(conn.execute(scans).fetchone()[0])
+        indexed = documents.index_pending(conn)
+        return indexed, int(conn.execute(scans).fetchone()[0]) - before
+
+    assert await db.transaction(write) == (1, 0)
+    found = (await SearchIndex(db).search(account, "question")).results
+    assert [result.snippet for result in found] == ["a new question"]

@@ -137,9 +137,11 @@ def index_pending(conn: Connection, *, batches: int | None = None) -> int:
     done = 0
     for _ in itertools.count() if batches is None else range(batches):
         # The queue's next batch with the texts of its messages (most of what is queued), in one statement.
+        # Each text is its own lookup by id: as a join, the planner (expecting a larger queue than a write's
+        # few rows) would scan the whole of history_log once it holds a few thousand messages.
         queued = conn.execute(
-            "SELECT p.id, h.text FROM (SELECT id FROM search_pending ORDER BY id LIMIT ?) p "
-            "LEFT JOIN history_log h ON h.id = p.id",
+            "SELECT p.id, (SELECT h.text FROM history_log h WHERE h.id = p.id) "
+            "FROM (SELECT id FROM search_pending ORDER BY id LIMIT ?) p",
             (PENDING_BATCH,),
         ).fetchall()
         if not queued:
