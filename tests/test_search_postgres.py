@@ -299,3 +299,26 @@ async def test_a_writes_terms_are_made_from_its_own_messages_read_by_id_not_from
     assert await db.transaction(write) == (1, 0)
     found = (await SearchIndex(db).search(account, "question")).results
     assert [result.snippet for result in found] == ["a new question"]
+
+
+@on_postgresql
+async def test_a_transaction_that_queues_nothing_for_search_does_not_read_the_queue(db: Database) -> None:
+    """The commit step reads the queue only after a write queued rows (the queue's trigger tells the
+    client so): every other transaction is a round trip shorter."""
+    PostgresIndex(db)
+    account = (await Accounts(db).create("alice")).id
+    reads: list[int] = []
+
+    def queue_reads(conn: Connection) -> None:  # a commit step after the index's: this transaction's reads
+        row = conn.execute(
+            "SELECT seq_scan + COALESCE(idx_scan, 0) FROM pg_stat_xact_user_tables WHERE relname = 'search_pending'"
+        ).fetchone()
+        reads.append(0 if row is None else int(row[0]))
+
+    db.add_commit_step(queue_reads)
+    await db.transaction(lambda c: c.execute("UPDATE accounts SET name = ? WHERE id = ?", ("Alicia", account)))
+    assert reads == [0]
+    await log(db, account, "Notes", ["hello there"])  # the conversation's name, then its messages: queued
+    assert [read > 0 for read in reads] == [False, True, True]
+    found = (await SearchIndex(db).search(account, "hello")).results
+    assert [result.snippet for result in found] == ["hello there"]

@@ -57,6 +57,11 @@ class Connection(ABC):
     def in_transaction(self) -> bool:
         """Whether a transaction is open (`Database.transaction`), not each statement its own."""
 
+    def heard(self, notice: str) -> bool:
+        """Whether the server sent this notice during the transaction (PostgreSQL's `RAISE NOTICE`, from a
+        trigger: what it did that the client has to follow up before the commit). SQLite sends none."""
+        return False
+
 
 class SchemaTooNew(Exception):
     """The database holds migrations newer than this code's: a newer server wrote it. Nothing was changed."""

@@ -110,11 +110,20 @@ def _configure(conn: psycopg.Connection[Any]) -> None:
 class PostgresConnection(Connection):
     """The stores' view of a pooled psycopg connection."""
 
-    __slots__ = ("raw",)
+    __slots__ = ("_notices", "raw")
     engine = "postgresql"
 
     def __init__(self, raw: psycopg.Connection[PgRow]) -> None:
         self.raw = raw
+        self._notices: set[str] = set()
+
+    def hear(self, notice: psycopg.errors.Diagnostic) -> None:
+        """psycopg's notice handler, while this connection runs a transaction."""
+        if notice.message_primary is not None:
+            self._notices.add(notice.message_primary)
+
+    def heard(self, notice: str) -> bool:
+        return notice in self._notices
 
     def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> Cursor:
         try:
@@ -157,7 +166,8 @@ class PostgresDatabase(Database):
                 "row_factory": pg_row,
                 "cursor_factory": psycopg.ClientCursor,
                 "connect_timeout": int(CONNECT_SECONDS),
-                "options": f"-c lock_timeout={LOCK_TIMEOUT}",
+                # Notices too, whatever the role's default: a transaction follows up what its triggers say.
+                "options": f"-c lock_timeout={LOCK_TIMEOUT} -c client_min_messages=notice",
                 "application_name": "pheby",
             },
         )
@@ -192,8 +202,12 @@ class PostgresDatabase(Database):
             with self._pool.connection() as conn, conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
                 facade = PostgresConnection(conn)
-                result = fn(facade)
-                self._commit(facade)
+                conn.add_notice_handler(facade.hear)
+                try:
+                    result = fn(facade)
+                    self._commit(facade)
+                finally:
+                    conn.remove_notice_handler(facade.hear)
                 return result
 
         return await self._submit(call)

@@ -11,12 +11,13 @@ FTS5 applies that rule itself, in the triggers. PostgreSQL can't: its parser and
 database's locale, and would split and fold other text differently from the query's words. So there a
 trigger queues a new or changed row (search_pending), and `index_pending` writes its terms, made here,
 as a tsvector literal (the lexemes and positions as they are, no PostgreSQL parser in between). A batch
-of it runs at the end of every transaction, before the commit (`index_written`, the commit step the
-PostgreSQL search engine registers with `Database.add_commit_step`): so a write's terms are committed with
-it, and the stores, which know nothing of the index, keep one SQL for both engines. A search runs it too,
-to the end of the queue, before it reads (`postgres_index`): for rows a statement outside a transaction (or
-SQL run by hand) left pending, and for a backfill (a migration queues every row), which writers take a
-batch of at a time rather than wait for the whole.
+of it runs at the end of every transaction that queued rows (the queue's trigger sends a notice saying so),
+before the commit (`index_written`, the commit step the PostgreSQL search engine registers with
+`Database.add_commit_step`): so a write's terms are committed with it, and the stores, which know nothing
+of the index, keep one SQL for both engines. A search runs it too, to the end of the queue, before it
+reads (`postgres_index`): for rows a statement outside a transaction (or SQL run by hand) left pending, and
+for a backfill (a migration queues every row), which writers take a batch of at a time rather than wait
+for the whole.
 """
 
 import itertools
@@ -37,6 +38,7 @@ POSITIONS_MAX: Final = 256  # positions a lexeme keeps in a tsvector
 TSVECTOR_MAX_BYTES: Final = 1_000_000  # a tsvector's lexemes, at most (PostgreSQL refuses over 1 MiB)
 WORDS_MAX_BYTES: Final = TSVECTOR_MAX_BYTES - PAIRS_MAX_BYTES - 32  # the rest: the pairs and the range always fit
 PENDING_BATCH: Final = 10_000  # rows written by one statement (a backfill takes several)
+QUEUED_NOTICE: Final = "pheby: rows queued for search"  # the queue's trigger's (0026_search_queued_notice)
 
 
 def range_lexeme(rowid: int) -> str:
@@ -121,9 +123,9 @@ def terms(rowid: int, text: str) -> tuple[str, int]:
 
 
 def index_written(conn: Connection) -> int:
-    """The commit step: the terms of the first batch of queued rows (all that a write queues, but during a
-    backfill), as `index_pending`."""
-    return index_pending(conn, batches=1)
+    """The commit step: where the transaction queued rows (its triggers said so), the terms of the first
+    batch of queued rows (all that a write queues, but during a backfill), as `index_pending`."""
+    return index_pending(conn, batches=1) if conn.heard(QUEUED_NOTICE) else 0
 
 
 def index_pending(conn: Connection, *, batches: int | None = None) -> int:

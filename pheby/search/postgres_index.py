@@ -15,6 +15,7 @@ Short walks first measure how often the term occurs, and that decides, with the 
 how many rows the index would give as a second opinion (`_newest`).
 """
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Final
@@ -25,6 +26,7 @@ from pheby.search.documents import (
     PARTITION_ROWS,
     PENDING_BATCH,
     document_texts,
+    index_pending,
     index_written,
     quoted,
     range_lexeme,
@@ -73,10 +75,9 @@ class PostgresIndex(IndexEngine):
 
     async def prepare(self, db: Database) -> None:
         """Terms for rows a write outside the stores left pending (the stores index their own), or a migration
-        queued: a batch or two to a transaction (its own and the commit step's), so writers wait for that
-        much at most, not for a whole backfill."""
+        queued: a batch to a transaction, so writers wait for that much at most, not for a whole backfill."""
         if await db.run(lambda c: c.execute("SELECT 1 FROM search_pending LIMIT 1").fetchone()):
-            while await db.transaction(index_written) == PENDING_BATCH:
+            while await db.transaction(functools.partial(index_pending, batches=1)) == PENDING_BATCH:
                 pass
 
     def matching(self, conn: Connection, query: SearchQuery, low: int, high: int, limit: int) -> list[int]:
