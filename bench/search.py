@@ -50,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 from pheby.db import Connection, Database, SqliteDatabase, open_database
 from pheby.db.in_lists import in_chunks
 from pheby.protocol.frames import HistoryMessage
+from pheby.search.documents import index_pending
 from pheby.search.index import SearchIndex
 from pheby.store.accounts import Accounts
 from pheby.store.conversations import Conversations, TranscriptTurn
@@ -169,8 +170,10 @@ async def fill_database(db: Database, account_id: str, conversations: int, messa
         await db.transaction(write)
         if batch and batch % 1000 == 0:
             print(f"  {batch:,} conversations written ({time.perf_counter() - started:.0f} s)", flush=True)
-    # As autovacuum leaves the tables once the fill settles (the rows queued for indexing are gone, the
-    # planner's statistics are fresh).
+    # As the server and autovacuum leave the tables once the fill settles: the rows a transaction's batch
+    # left queued for their terms indexed (as a search or a restart would), the queue's dead rows gone and
+    # its file truncated, the planner's statistics fresh.
+    await db.transaction(index_pending)
     await db.run(lambda c: c.execute("VACUUM ANALYZE" if c.engine == "postgresql" else "ANALYZE"))
     print(f"  filled in {time.perf_counter() - started:.0f} s", flush=True)
 
