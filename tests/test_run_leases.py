@@ -286,7 +286,7 @@ async def test_a_renewal_failing_after_its_caller_was_cancelled_leaves_no_unretr
         db.answer.set()
         for _ in range(3):
             await asyncio.sleep(0)
-        del leases  # with it the failed renewal's last reference, as a stopped server drops its own
+        del leases, caller  # with them the failed renewal's last references, as a stopped server drops its own
         gc.collect()
         assert reported == []
     finally:

@@ -39,7 +39,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from pheby import metrics
-from pheby.cancelling import cancel_and_wait, raise_if_cancelled
+from pheby.cancelling import cancel_and_wait, raise_if_cancelled, shielded
 
 __all__ = [
     "LIVE_BYTES",
@@ -346,7 +346,7 @@ class RedisBell(Bell):
                         confirmed.set_result(None)  # nobody waits for a dead connection
                 self._confirmations.clear()
                 with contextlib.suppress(Exception):
-                    await asyncio.shield(conn.disconnect(nowait=True))
+                    await shielded(conn.disconnect(nowait=True))
             raise_if_cancelled()  # redis-py may swallow a cancel that comes during its own awaits
             await asyncio.sleep(delay * random.uniform(0.5, 1.0))
             delay = min(delay * 2, self._backoff[1])

@@ -21,6 +21,7 @@ from msgspec import UNSET, UnsetType
 
 import hermes_client as hc
 from pheby import metrics
+from pheby.cancelling import shielded
 from pheby.errors import (
     ConversationNotFound,
     DatabaseError,
@@ -267,7 +268,7 @@ class RunManager:
                 yield
             except BaseException:
                 with contextlib.suppress(Exception):  # else the mark lapses by itself
-                    await asyncio.shield(self._conversations.unmark_deleting(conversation_id))
+                    await shielded(self._conversations.unmark_deleting(conversation_id))
                 raise
         finally:
             self._deleting.discard(conversation_id)

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Final, NamedTuple
 
+from pheby.cancelling import shielded
 from pheby.db import Connection, Database
 from pheby.errors import DatabaseUnavailable
 from pheby.process_lease import holder_gone, own_holder
@@ -74,10 +75,7 @@ class RunLeases:
         time: a call while one is under way gets its answer."""
         if self._renewal is None or self._renewal.done():
             self._renewal = asyncio.create_task(self._renew(), name="run-lease-renewal")
-            # Its callers may all have been cancelled before it fails: the error was theirs to take, and is not
-            # the loop's to report as never retrieved (a traceback logged whenever the task is collected).
-            self._renewal.add_done_callback(lambda task: task.cancelled() or task.exception())
-        return await asyncio.shield(self._renewal)
+        return await shielded(self._renewal)  # its callers may all be cancelled before it fails
 
     async def _renew(self) -> dict[str, int]:
         began, expires_at = self._monotonic(), self.expiry()
