@@ -68,6 +68,8 @@ async def test_a_holder_that_died_is_replaced_once_its_lease_runs_out(
     settings = settings_in(make_settings, migrated_postgres_url, tmp_path / "one")
     async with AsyncTestClient(create_app(settings)) as client:
         services = client.app.state.services
+        # The lease row is this server's first: an update racing its first take would find no row to change.
+        await until(lambda: runs_jobs(client), what="the server runs the jobs", timeout=10)
         # A server elsewhere holds it and never renews it again (killed).
         await services.db.run(
             lambda c: c.execute(
