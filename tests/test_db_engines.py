@@ -206,25 +206,26 @@ async def test_postgresql_takes_a_quiet_pooled_connection_without_a_round_trip_a
     (each call a round trip shorter), and finds one the server ended: the next call gets a new one."""
     db = PostgresDatabase(postgres_url, pool_size=1)
     await db.open()
-    with psycopg.connect(postgres_url, autocommit=True) as watcher:
+    try:
+        with psycopg.connect(postgres_url, autocommit=True) as watcher:
 
-        def backend(conn: Connection) -> int:
-            conn.execute("SELECT 'the last statement'")
-            return int(conn.execute("SELECT pg_backend_pid()").fetchone()[0])
+            def backend(conn: Connection) -> int:
+                return int(conn.execute("SELECT pg_backend_pid()").fetchone()[0])
 
-        def last_statement(pid: int) -> str:
-            row = watcher.execute("SELECT query FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
-            return "" if row is None else str(row[0])
+            def last_statement(pid: int) -> str:
+                row = watcher.execute("SELECT query FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
+                return "" if row is None else str(row[0])
 
-        first = await db.run(backend)
-        await db.run(lambda c: None)  # the pool's one connection, taken and given back
-        assert last_statement(first) == "SELECT pg_backend_pid()"  # nothing was sent to check it
+            first = await db.run(backend)
+            await db.run(lambda c: None)  # the pool's one connection, taken and given back
+            assert last_statement(first) == "SELECT pg_backend_pid()"  # nothing was sent to check it
 
-        watcher.execute("SELECT pg_terminate_backend(%s)", (first,))
-        deadline = time.monotonic() + 10
-        while last_statement(first):  # bounded: the backend gone, its last words sent
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.05)
-        second = await db.run(backend)  # no error: the check found the connection ended, the pool replaced it
-        assert second != first
-    await db.close()
+            watcher.execute("SELECT pg_terminate_backend(%s)", (first,))
+            deadline = time.monotonic() + 10
+            while last_statement(first):  # bounded: the backend gone, its last words sent
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.05)
+            second = await db.run(backend)  # no error: the check found the connection ended, the pool replaced it
+            assert second != first
+    finally:
+        await db.close()
